@@ -1,0 +1,87 @@
+"""Models to calibrate: the CIFAR VGG-11 of the assignment, and any user factory by name.
+
+1. ``vgg11_cifar`` builds the VGG-11 of the CS744 base script (8 conv 3x3 + BatchNorm + ReLU
+   blocks with 5 max-pools, then one 512->10 linear layer: 9,231,114 parameters).
+2. ``load_factory("module:function")`` imports a user's factory (``--model``), with one-line
+   errors for every way it can go wrong.
+3. ``param_specs`` lists the parameters in registration order: the order autograd hooks,
+   gradient buckets and the profile use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import torch
+from torch import nn
+
+from commsim.errors import UserError
+from commsim.profile import ParamSpec
+
+VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M",
+                                    512, 512, "M")
+VGG11_FACTORY = "commsim.calibrate.models:vgg11_cifar"
+
+
+class VGG(nn.Module):
+    """VGG for 32x32 inputs: after five 2x2 pools the feature map is 1x1x512."""
+
+    def __init__(self, cfg: tuple[int | str, ...], num_classes: int = 10,
+                 track_running_stats: bool = True, in_channels: int = 3):
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for item in cfg:
+            if item == "M":
+                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+                continue
+            layers += [nn.Conv2d(channels, int(item), kernel_size=3, padding=1),
+                       nn.BatchNorm2d(int(item), track_running_stats=track_running_stats),
+                       nn.ReLU(inplace=True)]
+            channels = int(item)
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def vgg11_cifar(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """The assignment's VGG-11 for CIFAR-10 (``track_running_stats=False`` is what the seed
+    report used to keep BatchNorm identical across ranks)."""
+    return VGG(VGG11_CFG, num_classes=num_classes, track_running_stats=track_running_stats)
+
+
+def load_factory(spec: str) -> Callable[..., nn.Module]:
+    """``"package.module:function"`` -> the callable; UserError (one line) if it is not one."""
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"--model {spec!r} must be 'module:function', e.g. {VGG11_FACTORY}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of user code is the user's to fix
+        raise UserError(f"--model {spec!r}: cannot import module {module_name!r} "
+                        f"({type(exc).__name__}: {exc})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"--model {spec!r}: module {module_name!r} has no attribute "
+                            f"{attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"--model {spec!r}: {attr!r} is not callable")
+    return obj
+
+
+def build_model(spec: str) -> nn.Module:
+    """Call the factory and check that it returned an nn.Module."""
+    model = load_factory(spec)()
+    if not isinstance(model, nn.Module):
+        raise UserError(f"--model {spec!r} returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def param_specs(model: nn.Module) -> tuple[ParamSpec, ...]:
+    """Trainable parameters in registration order, with their element and byte counts."""
+    return tuple(ParamSpec(name=name, numel=p.numel(), bytes=p.numel() * p.element_size())
+                 for name, p in model.named_parameters() if p.requires_grad)
