@@ -1,0 +1,118 @@
+"""Closed-form α-β-γ costs of the collectives commsim models.  The one place they live.
+
+Notation (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009):
+
+    n      bytes of the buffer being synchronised
+    p      ranks taking part
+    α      latency of one message, seconds (``alpha_s``)
+    β      seconds per byte on a link, 1 / bandwidth (``beta_s_per_B``)
+    γ      seconds per byte to reduce (add) on a CPU (``gamma_s_per_B``)
+    o      fixed cost of one collective call (Python, dispatch, bookkeeping; ``overhead_s``)
+
+The message model these match (and that the simulator implements): a message of n bytes from
+host A to host B occupies A's transmit and B's receive direction for n·β and is delivered α after
+it leaves; a transfer starts when both the sender and the receiver have posted it (rendezvous); a
+collective whose messages are all posted at once serialises only on the NIC they share.
+
+Pure functions of numbers: no simulator, no profile, no state.
+"""
+from __future__ import annotations
+
+
+def message_s(n: float, alpha_s: float, beta_s_per_B: float) -> float:
+    """One point-to-point message: α + nβ."""
+    return alpha_s + n * beta_s_per_B
+
+
+def ring_reduce_scatter_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                          gamma_s_per_B: float) -> float:
+    """Ring reduce-scatter: p-1 steps, each sends and reduces one chunk of n/p bytes.
+
+    (p-1)·α + (p-1)/p·n·β + (p-1)/p·n·γ
+    """
+    if p <= 1:
+        return 0.0
+    chunk = n / p
+    return (p - 1) * (alpha_s + chunk * beta_s_per_B + chunk * gamma_s_per_B)
+
+
+def ring_allgather_s(n: float, p: int, alpha_s: float, beta_s_per_B: float) -> float:
+    """Ring all-gather of n bytes in p chunks: (p-1)·α + (p-1)/p·n·β."""
+    if p <= 1:
+        return 0.0
+    return (p - 1) * (alpha_s + n / p * beta_s_per_B)
+
+
+def ring_allreduce_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                     gamma_s_per_B: float, overhead_s: float = 0.0) -> float:
+    """Ring all-reduce (Patarasuk & Yuan 2009): reduce-scatter then all-gather, 2(p-1) steps.
+
+    o + 2(p-1)·α + 2(p-1)/p·n·β + (p-1)/p·n·γ.  Bandwidth-optimal: each rank sends and receives
+    2(p-1)/p·n bytes whatever p is.  One rank needs no communication (and no call).
+    """
+    if p <= 1:
+        return 0.0
+    return (overhead_s + ring_reduce_scatter_s(n, p, alpha_s, beta_s_per_B, gamma_s_per_B)
+            + ring_allgather_s(n, p, alpha_s, beta_s_per_B))
+
+
+def linear_gather_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                    overhead_s: float = 0.0) -> float:
+    """Gather of n bytes from each of p-1 ranks to a root that posts all receives at once
+    (Gloo's gather): they serialise on the root's receive link.  o + α + (p-1)·n·β."""
+    if p <= 1:
+        return 0.0
+    return overhead_s + alpha_s + (p - 1) * n * beta_s_per_B
+
+
+def linear_scatter_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                     overhead_s: float = 0.0) -> float:
+    """Scatter of n bytes to each of p-1 ranks from a root that posts all sends at once (Gloo's
+    scatter): they serialise on the root's transmit link.  o + α + (p-1)·n·β."""
+    return linear_gather_s(n, p, alpha_s, beta_s_per_B, overhead_s)
+
+
+def mean_on_root_s(n: float, p: int, gamma_s_per_B: float) -> float:
+    """Elementwise mean of p buffers of n bytes on one CPU: p·n·γ (p-1 adds and a divide)."""
+    return p * n * gamma_s_per_B if p > 1 else 0.0
+
+
+def ps_sync_s(n: float, p: int, alpha_s: float, beta_s_per_B: float, gamma_s_per_B: float,
+              gather_overhead_s: float = 0.0, scatter_overhead_s: float = 0.0) -> float:
+    """Parameter-server sync of one tensor through rank 0 (the seeds' Task 2a):
+    gather to the root, mean there, scatter the mean.
+
+    2·α + 2(p-1)·n·β + p·n·γ + o_gather + o_scatter: linear in p, the root's link is the
+    bottleneck in both phases.
+    """
+    if p <= 1:
+        return 0.0
+    return (linear_gather_s(n, p, alpha_s, beta_s_per_B, gather_overhead_s)
+            + mean_on_root_s(n, p, gamma_s_per_B)
+            + linear_scatter_s(n, p, alpha_s, beta_s_per_B, scatter_overhead_s))
+
+
+def scale_s(n: float, p: int, gamma_s_per_B: float) -> float:
+    """Dividing a summed gradient by p in place: one pass over n bytes, n·γ (none when p = 1)."""
+    return n * gamma_s_per_B if p > 1 else 0.0
+
+
+# -- bytes and bus bandwidth ---------------------------------------------------------------------
+
+def allreduce_bus_factor(p: int) -> float:
+    """nccl-tests' bus bandwidth factor for all-reduce: busbw = algbw · 2(p-1)/p."""
+    return 2 * (p - 1) / p if p > 1 else 0.0
+
+
+def ps_bus_factor(p: int) -> float:
+    """Bytes through the root's busiest NIC direction per byte synchronised: p-1.
+
+    Gather fills the root's receive direction and scatter its transmit direction one after the
+    other, so a perfectly run parameter server reaches at most half the link in busbw terms.
+    """
+    return float(p - 1) if p > 1 else 0.0
+
+
+def ring_bytes_per_rank(n: float, p: int) -> float:
+    """Bytes each rank sends (and receives) in a ring all-reduce of n bytes: 2(p-1)/p·n."""
+    return allreduce_bus_factor(p) * n

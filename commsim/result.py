@@ -1,0 +1,105 @@
+"""The prediction result and the metrics derived from an engine's Timing.
+
+Definitions (per iteration; the *critical rank* is the one that finishes last):
+
+* iteration_s: when the last rank finishes its optimizer step.
+* compute_s: the critical rank's wall time in forward, backward and optimizer.
+* comm_s: the critical rank's wall time with at least one collective in flight.
+* exposed_comm_s: iteration_s - compute_s: the time the critical rank is not computing.
+* overlap_fraction: 1 - exposed / comm: the share of communication hidden behind compute.
+* speedup: samples per second over those of ``single`` on the same global batch.
+* efficiency: speedup / ranks.
+* epoch_s: iterations to see ``dataset_samples`` once (ceil) x iteration_s.
+* bytes_sent_per_rank / bytes_received_per_rank: mean over ranks of gradient bytes sent/received
+  (``*_max`` fields give the busiest rank: rank 0 for ps).
+* algbw_Bps: gradient bytes synchronised / comm_s (nccl-tests' algorithm bandwidth).
+* busbw_Bps: algbw x the strategy's bus factor (2(p-1)/p for all-reduce): comparable to the link.
+* link_utilization: the busiest NIC direction's bytes / (its bandwidth x iteration_s).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from commsim.strategies.base import Timing
+
+
+@dataclass(frozen=True)
+class Result:
+    strategy: str
+    engine: str
+    nodes: int
+    ranks_per_host: int
+    world_size: int
+    global_batch: int
+    batch_per_rank: int
+    iteration_s: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    overlap_fraction: float
+    speedup: float
+    efficiency: float
+    epoch_s: float
+    iterations_per_epoch: int
+    bytes_sent_per_rank: float
+    bytes_received_per_rank: float
+    bytes_sent_max: float
+    bytes_received_max: float
+    algbw_Bps: float
+    busbw_Bps: float
+    link_bandwidth_Bps: float
+    link_utilization: float
+    critical_rank: int
+    per_rank: tuple = field(default=(), compare=False)
+    intervals: tuple = field(default=(), compare=False, repr=False)
+
+    def to_dict(self, *, per_rank: bool = False) -> dict:
+        d = asdict(self)
+        d.pop("intervals")
+        if per_rank:
+            d["per_rank"] = [dict(r) for r in self.per_rank]
+        else:
+            d.pop("per_rank")
+        return d
+
+
+def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s: float | None,
+           model_bytes: int) -> Result:
+    p = spec.world_size
+    critical = max(range(p), key=lambda r: (timing.finish_s[r], -r))
+    iteration = timing.finish_s[critical]
+    compute = timing.compute_s[critical]
+    comm = timing.comm_s[critical]
+    exposed = max(0.0, iteration - compute)
+    overlap = min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0
+    global_batch = spec.effective_global_batch
+    if baseline_iteration_s is None:          # this *is* the baseline
+        speedup = 1.0
+    else:
+        speedup = (global_batch / iteration) / (spec.requested_global_batch / baseline_iteration_s)
+    iterations = math.ceil(spec.dataset_samples / global_batch)
+    synced = model_bytes if p > 1 else 0
+    algbw = synced / comm if comm > 0 else 0.0
+    c = spec.cluster
+    util = 0.0
+    for host in range(c.hosts):
+        bw = c.bandwidth_of(host)
+        busiest = max(timing.nic_tx_bytes[host], timing.nic_rx_bytes[host])
+        util = max(util, busiest / (bw * iteration) if iteration > 0 else 0.0)
+    per_rank = tuple(
+        {"rank": r, "finish_s": timing.finish_s[r], "compute_s": timing.compute_s[r],
+         "comm_s": timing.comm_s[r], "bytes_sent": timing.sent_bytes[r],
+         "bytes_received": timing.received_bytes[r]} for r in range(p))
+    return Result(
+        strategy=strategy.name, engine=engine, nodes=c.hosts, ranks_per_host=c.ranks_per_host,
+        world_size=p, global_batch=global_batch, batch_per_rank=spec.per_rank_batch,
+        iteration_s=iteration, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,
+        overlap_fraction=overlap, speedup=speedup, efficiency=speedup / p,
+        epoch_s=iterations * iteration, iterations_per_epoch=iterations,
+        bytes_sent_per_rank=sum(timing.sent_bytes) / p,
+        bytes_received_per_rank=sum(timing.received_bytes) / p,
+        bytes_sent_max=max(timing.sent_bytes), bytes_received_max=max(timing.received_bytes),
+        algbw_Bps=algbw, busbw_Bps=algbw * strategy.bus_factor(p),
+        link_bandwidth_Bps=c.nic_bandwidth_Bps, link_utilization=util, critical_rank=critical,
+        per_rank=per_rank, intervals=timing.intervals)

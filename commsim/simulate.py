@@ -1,0 +1,61 @@
+"""``simulate(run_spec, profile) -> Result``: the one entry point of the cost model.
+
+Engines:
+* ``des``: the discrete-event simulator (simpy): every rank a process, every NIC direction a
+  resource, every message and reduction an event; handles uneven clusters.
+* ``analytic``: the strategies' closed forms (``commsim.closed_form``); homogeneous clusters with
+  one rank per host only.  The two agree exactly where both apply (tests).
+No globals: everything the run needs is in its arguments.
+"""
+from __future__ import annotations
+
+from commsim.costs import cost_inputs
+from commsim.errors import UserError
+from commsim.profile import Profile
+from commsim.result import Result, derive
+from commsim.sim.context import SimContext
+from commsim.spec import RunSpec
+from commsim.strategies import Timing, get_strategy
+
+ENGINES = ("des", "analytic")
+
+
+def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
+             timeline: bool = False) -> Result:
+    """Predict one iteration of ``spec`` with the costs measured in ``profile``."""
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    strategy = get_strategy(spec.strategy)
+    strategy.check(spec)
+    timing = run_engine(spec, profile, engine=engine, timeline=timeline)
+    baseline = None
+    if spec.strategy != "single":
+        # The reference: one rank on one host like these, the whole global batch.  Its three
+        # compute events are cheap in the DES, which also honours a shared CPU pool.
+        baseline = run_engine(spec.single_baseline(), profile, engine="des",
+                              timeline=False).finish_s[0]
+    return derive(strategy, spec, timing, engine=engine, baseline_iteration_s=baseline,
+                  model_bytes=profile.model_bytes)
+
+
+def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool) -> Timing:
+    strategy = get_strategy(spec.strategy)
+    costs = cost_inputs(spec, profile)
+    if engine == "analytic":
+        if not spec.homogeneous or spec.cluster.ranks_per_host != 1:
+            raise UserError("--engine analytic covers homogeneous clusters with one rank per "
+                            "host; use --engine des for stragglers, slow links or shared hosts")
+        if spec.cluster.shared_cpu_cores is not None:
+            raise UserError("--engine analytic does not model shared CPU cores; use --engine des")
+        return strategy.analytic(spec, costs)
+    ctx = SimContext(spec, costs, timeline=timeline)
+    for rank in range(spec.world_size):
+        ctx.env.process(strategy.rank_process(ctx, rank))
+    ctx.env.run()
+    rec = ctx.rec
+    if any(depth for depth in rec._comm_depth):
+        raise RuntimeError("simulation ended with a collective still in flight (deadlock)")
+    return Timing(finish_s=tuple(rec.finish_s), compute_s=tuple(rec.compute_s),
+                  comm_s=tuple(rec.comm_s), sent_bytes=tuple(rec.sent),
+                  received_bytes=tuple(rec.received), nic_tx_bytes=tuple(rec.nic_tx_bytes),
+                  nic_rx_bytes=tuple(rec.nic_rx_bytes), intervals=tuple(rec.intervals))

@@ -1,0 +1,184 @@
+"""Cluster and run specifications: frozen dataclasses, validated on construction.
+
+A *cluster* is hosts with NICs on one non-blocking switch: each host has ``ranks_per_host`` ranks
+that share its cores and its full-duplex NIC.  A *run* is one strategy on one cluster with one
+batch configuration.  Units are in the field names; conversion from user text happens in the CLI.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from commsim.errors import UserError
+from commsim.profile import Profile
+
+MiB = 1024 * 1024
+CIFAR10_TRAIN_SAMPLES = 50_000
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Hosts on a non-blocking switch.
+
+    hosts:                number of machines (``--nodes``).
+    ranks_per_host:       training processes per machine; they share its cores and NIC.
+    cores_per_host:       cores one host gives its ranks' compute and Gloo threads.
+    nic_bandwidth_Bps:    per direction (full duplex) bandwidth of every NIC.
+    nic_latency_s:        one-way latency of a message between two hosts.
+    intra_host_*:         a message between ranks of one host (loopback, shared memory).
+    shared_cpu_cores:     if set, every rank of every host shares ONE pool of this many cores
+                          (an emulated cluster on one machine); cores_per_host is then ignored.
+    slow_links_Bps:       host -> NIC bandwidth for hosts whose link is slower (what-if).
+    """
+    hosts: int
+    nic_bandwidth_Bps: float
+    nic_latency_s: float
+    cores_per_host: float
+    ranks_per_host: int = 1
+    intra_host_bandwidth_Bps: float | None = None
+    intra_host_latency_s: float | None = None
+    shared_cpu_cores: float | None = None
+    slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        _check_int("nodes", self.hosts, 1)
+        _check_int("ranks per host", self.ranks_per_host, 1)
+        _check_pos("bandwidth", self.nic_bandwidth_Bps)
+        _check_nonneg("latency", self.nic_latency_s)
+        _check_pos("cores per host", self.cores_per_host)
+        if self.shared_cpu_cores is not None:
+            _check_pos("shared CPU cores", self.shared_cpu_cores)
+        for host, bw in self.slow_links_Bps.items():
+            if not 0 <= host < self.hosts:
+                raise UserError(f"slow link names host {host}, but the cluster has hosts "
+                                f"0..{self.hosts - 1}")
+            _check_pos(f"slow link bandwidth of host {host}", bw)
+
+    @property
+    def world_size(self) -> int:
+        return self.hosts * self.ranks_per_host
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.ranks_per_host
+
+    def bandwidth_of(self, host: int) -> float:
+        return self.slow_links_Bps.get(host, self.nic_bandwidth_Bps)
+
+    @property
+    def homogeneous(self) -> bool:
+        return not self.slow_links_Bps
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One strategy on one cluster.
+
+    strategy:             registered name (``single``, ``ps``, ``ring``, ``ddp``).
+    cluster:              the hosts, NICs and cores.
+    global_batch:         samples per iteration over all ranks (strong scaling), or None.
+    batch_per_rank:       samples per rank per iteration (weak scaling), or None.
+                          Exactly one of the two is given.
+    bucket_bytes:         DDP bucket cap (PyTorch's bucket_cap_mb, default 25 MiB).
+    first_bucket_bytes:   DDP's first (earliest-ready) bucket cap, 1 MiB in PyTorch.
+    overlap:              DDP only: False launches every bucket after backward ends (what-if).
+    stragglers:           rank -> compute slowdown factor (> 1 is slower).
+    dataset_samples:      samples in one epoch (CIFAR-10 train: 50,000).
+    """
+    strategy: str
+    cluster: ClusterSpec
+    global_batch: int | None = 256
+    batch_per_rank: int | None = None
+    bucket_bytes: int = 25 * MiB
+    first_bucket_bytes: int = 1 * MiB
+    overlap: bool = True
+    stragglers: Mapping[int, float] = field(default_factory=dict)
+    dataset_samples: int = CIFAR10_TRAIN_SAMPLES
+
+    def __post_init__(self):
+        if (self.global_batch is None) == (self.batch_per_rank is None):
+            raise UserError("give exactly one of --global-batch and --batch-per-rank")
+        if self.global_batch is not None:
+            _check_int("global batch", self.global_batch, 1)
+            if self.global_batch < self.cluster.world_size:
+                raise UserError(f"global batch {self.global_batch} is smaller than the "
+                                f"{self.cluster.world_size} ranks it is split over")
+        if self.batch_per_rank is not None:
+            _check_int("batch per rank", self.batch_per_rank, 1)
+        _check_int("bucket size", self.bucket_bytes, 1)
+        _check_int("first bucket size", self.first_bucket_bytes, 1)
+        _check_int("dataset samples", self.dataset_samples, 1)
+        for rank, factor in self.stragglers.items():
+            if not 0 <= rank < self.cluster.world_size:
+                raise UserError(f"straggler names rank {rank}, but the run has ranks "
+                                f"0..{self.cluster.world_size - 1}")
+            _check_pos(f"straggler factor of rank {rank}", factor)
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size
+
+    @property
+    def per_rank_batch(self) -> int:
+        """Samples each rank computes per iteration (strong scaling floors the split)."""
+        if self.batch_per_rank is not None:
+            return self.batch_per_rank
+        return self.global_batch // self.world_size
+
+    @property
+    def effective_global_batch(self) -> int:
+        return self.per_rank_batch * self.world_size
+
+    @property
+    def requested_global_batch(self) -> int:
+        return self.global_batch if self.global_batch is not None else self.effective_global_batch
+
+    @property
+    def homogeneous(self) -> bool:
+        return self.cluster.homogeneous and not self.stragglers
+
+    def single_baseline(self) -> "RunSpec":
+        """The one-rank run that processes the same global batch (the speedup reference)."""
+        one_host = replace(self.cluster, hosts=1, ranks_per_host=1, slow_links_Bps={})
+        return replace(self, strategy="single", cluster=one_host,
+                       global_batch=self.requested_global_batch, batch_per_rank=None,
+                       stragglers={})
+
+
+def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
+                    bandwidth_Bps: float | None = None, latency_s: float | None = None,
+                    cores_per_host: float | None = None,
+                    shared_cpu_cores: float | None = None,
+                    slow_links_Bps: Mapping[int, float] | None = None) -> ClusterSpec:
+    """A cluster of ``hosts`` machines like the calibrated one, with what-if overrides.
+
+    By default each rank gets the cores its compute was measured with (no CPU contention beyond
+    what the profile saw); the link is the profile's fitted point-to-point link.
+    """
+    net = profile.network
+    if cores_per_host is None:
+        cores_per_host = profile.compute.threads_per_rank * ranks_per_host
+    return ClusterSpec(
+        hosts=hosts, ranks_per_host=ranks_per_host,
+        nic_bandwidth_Bps=net.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps,
+        nic_latency_s=net.latency_s if latency_s is None else latency_s,
+        cores_per_host=cores_per_host,
+        intra_host_bandwidth_Bps=net.intra_host_bandwidth_Bps,
+        intra_host_latency_s=net.intra_host_latency_s,
+        shared_cpu_cores=shared_cpu_cores,
+        slow_links_Bps=dict(slow_links_Bps or {}))
+
+
+def _check_int(what: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_pos(what: str, value) -> None:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"{what} must be a positive finite number, got {value!r}")
+
+
+def _check_nonneg(what: str, value) -> None:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise UserError(f"{what} must be a non-negative finite number, got {value!r}")

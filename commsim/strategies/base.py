@@ -1,0 +1,82 @@
+"""The one small interface every sync strategy implements, and the registry of them by CLI name.
+
+A strategy describes one training iteration twice:
+
+* ``rank_process(ctx, rank)``: a simpy generator for one rank, run by the discrete-event engine
+  (any cluster: stragglers, slow links, shared NICs and cores);
+* ``analytic(spec, costs)``: the closed form of the same iteration on a homogeneous cluster.
+
+The two must agree exactly where both apply; ``tests/test_closed_form.py`` holds them to it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from commsim.costs import CostInputs
+from commsim.errors import UserError
+from commsim.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What an engine says about one iteration, per rank and per host, before derived metrics."""
+    finish_s: tuple[float, ...]          # per rank: when its optimizer step ended
+    compute_s: tuple[float, ...]         # per rank: wall time in forward/backward/optimizer
+    comm_s: tuple[float, ...]            # per rank: wall time with a collective in flight
+    sent_bytes: tuple[float, ...]        # per rank
+    received_bytes: tuple[float, ...]    # per rank
+    nic_tx_bytes: tuple[float, ...]      # per host
+    nic_rx_bytes: tuple[float, ...]      # per host
+    intervals: tuple = field(default=(), compare=False)   # engine.Interval, when recorded
+
+
+class Strategy(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    @abstractmethod
+    def rank_process(self, ctx, rank: int):
+        """Simpy generator: one iteration of ``rank``."""
+
+    @abstractmethod
+    def analytic(self, spec: RunSpec, costs: CostInputs) -> Timing:
+        """Closed form of one iteration on a homogeneous cluster, one rank per host."""
+
+    def bus_factor(self, p: int) -> float:
+        """busbw / algbw for this strategy's synchronisation (nccl-tests convention)."""
+        return 0.0
+
+    def check(self, spec: RunSpec) -> None:
+        """Refuse run specs the strategy cannot run (raise UserError)."""
+
+
+REGISTRY: dict[str, Strategy] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get_strategy(name: str) -> Strategy:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UserError(f"unknown strategy {name!r}; choose one of "
+                        f"{', '.join(sorted(REGISTRY))}") from None
+
+
+def forward_backward(ctx, rank: int):
+    """Forward then backward at the rank's batch size (the part every strategy shares)."""
+    yield from ctx.compute(rank, "forward", ctx.costs.forward_s)
+    yield from ctx.compute(rank, "backward", ctx.costs.backward_s)
+
+
+def uniform_timing(p: int, iteration_s: float, compute_s: float, comm_s: float,
+                   sent_per_rank: float, received_per_rank: float) -> Timing:
+    """A Timing in which every rank (one per host) behaves the same."""
+    return Timing(finish_s=(iteration_s,) * p, compute_s=(compute_s,) * p, comm_s=(comm_s,) * p,
+                  sent_bytes=(sent_per_rank,) * p, received_bytes=(received_per_rank,) * p,
+                  nic_tx_bytes=(sent_per_rank,) * p, nic_rx_bytes=(received_per_rank,) * p)

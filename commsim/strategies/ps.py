@@ -1,0 +1,47 @@
+"""ps: parameter server through rank 0 with gather and scatter, parameter by parameter (Task 2a).
+
+Steps, per iteration:
+1. forward and backward on the rank's share of the global batch;
+2. for every parameter in registration order: ``gather`` all gradients to rank 0, which takes
+   their elementwise mean, then ``scatter``s the mean back to every rank;
+3. optimizer step.
+Rank 0's link carries (p-1)·n bytes in each phase and its CPU does all the averaging, so the
+sync time grows linearly with p: the bottleneck the seed reports saw beyond 3 nodes.
+"""
+from __future__ import annotations
+
+from commsim import closed_form as cf
+from commsim.sim.collectives import gather_mean_scatter
+from commsim.strategies.base import Strategy, Timing, forward_backward, register
+
+
+@register
+class ParameterServer(Strategy):
+    name = "ps"
+    summary = "per-parameter gather to rank 0, mean, scatter"
+
+    def bus_factor(self, p):
+        return cf.ps_bus_factor(p)
+
+    def rank_process(self, ctx, rank):
+        yield from forward_backward(ctx, rank)
+        for i, nbytes in enumerate(ctx.costs.param_bytes):
+            yield from gather_mean_scatter(ctx, rank, nbytes, name=f"gather+scatter p{i}")
+        yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
+        ctx.finish(rank)
+
+    def analytic(self, spec, costs):
+        p = spec.world_size
+        comm = sum(cf.ps_sync_s(n, p, costs.alpha_s, costs.beta_s_per_B, costs.gamma_s_per_B,
+                                costs.overhead("gather"), costs.overhead("scatter"))
+                   for n in costs.param_bytes)
+        compute = costs.forward_s + costs.backward_s + costs.optimizer_s
+        iteration = compute + comm
+        model = costs.model_bytes if p > 1 else 0
+        root_bytes = (p - 1) * model
+        # Every rank is busy until the root's last scatter message lands: the same wall time.
+        sent = (root_bytes,) + (model,) * (p - 1)
+        received = sent
+        return Timing(finish_s=(iteration,) * p, compute_s=(compute,) * p, comm_s=(comm,) * p,
+                      sent_bytes=sent, received_bytes=received,
+                      nic_tx_bytes=sent, nic_rx_bytes=received)

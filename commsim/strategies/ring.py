@@ -1,0 +1,39 @@
+"""ring: after backward, every parameter in turn is ring all-reduced, then divided by p (Task 2b).
+
+Steps, per iteration:
+1. forward and backward on the rank's share of the global batch;
+2. for every parameter in registration order: ``all_reduce(grad, SUM)`` (Gloo's ring:
+   reduce-scatter then all-gather, 2(p-1) steps of n/p bytes) and ``grad /= p``;
+3. optimizer step.
+No overlap: every byte of communication is exposed, and small tensors pay 2(p-1) latencies each.
+"""
+from __future__ import annotations
+
+from commsim import closed_form as cf
+from commsim.sim.collectives import ring_allreduce
+from commsim.strategies.base import Strategy, forward_backward, register, uniform_timing
+
+
+@register
+class Ring(Strategy):
+    name = "ring"
+    summary = "per-parameter ring all-reduce after backward, then divide"
+
+    def bus_factor(self, p):
+        return cf.allreduce_bus_factor(p)
+
+    def rank_process(self, ctx, rank):
+        yield from forward_backward(ctx, rank)
+        for i, nbytes in enumerate(ctx.costs.param_bytes):
+            yield from ring_allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}")
+        yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
+        ctx.finish(rank)
+
+    def analytic(self, spec, costs):
+        p = spec.world_size
+        comm = sum(cf.ring_allreduce_s(n, p, costs.alpha_s, costs.beta_s_per_B,
+                                       costs.gamma_s_per_B, costs.overhead("all_reduce"))
+                   + cf.scale_s(n, p, costs.gamma_s_per_B) for n in costs.param_bytes)
+        compute = costs.forward_s + costs.backward_s + costs.optimizer_s
+        per_rank = sum(cf.ring_bytes_per_rank(n, p) for n in costs.param_bytes)
+        return uniform_timing(p, compute + comm, compute, comm, per_rank, per_rank)
