@@ -1,0 +1,448 @@
+"""An emulated cluster of N nodes on this machine: network namespaces, veth links, a bridge, tc.
+
+Each node is a network namespace ``<prefix>-n<i>`` holding one interface ``eth0`` with address
+198.18.0.<i+1>/24.  The switch is a Linux bridge in its own namespace ``<prefix>-br``; the host's
+network namespace is never touched (the veth pairs are created inside the bridge namespace and the
+node end is moved straight to its node).  Rank r of an emulated run runs in node r
+(``exec_argv``).
+
+Building (``up``), in order:
+  1. check root, ``ip``, ``tc`` and network-namespace support (``check_prereqs``);
+  2. if the recorded spec (``/run/commsim/<prefix>.json``) equals the requested one and every
+     namespace, port and qdisc is still there, do nothing; otherwise tear down (``down``);
+  3. create the namespaces, the bridge, one veth pair per node, addresses, ``lo`` up;
+  4. shape BOTH directions of every link with a token bucket filter: the node side's egress
+     (node -> switch) and the bridge port's egress (switch -> node), so that each node has a
+     full-duplex link of the given rate, like a port on a real switch;
+  5. record the spec atomically; on any failure tear everything down again and raise.
+
+Shaping (``shaping``): tbf lets ``burst`` bytes leave at memory speed, so a large burst makes short
+messages look faster than a real link would send them.  The burst is therefore the smallest one
+that still lets a TCP bulk transfer reach the shaped rate: a few full frames, or the bytes the
+link sends in ``BURST_TIME_S`` if that is more (timer wake-up jitter otherwise leaves the link
+idle).  The queue ``limit`` is a switch-like buffer of ``QUEUE_TIME_S`` at line rate (at least
+``QUEUE_MIN_BYTES``), enough for TCP to keep the link busy and for incast (gather) to queue a
+little before dropping, like a shallow-buffered switch port.  Measured figures: see
+``bench/cluster_throughput.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from commsim.errors import UserError
+from commsim.units import fmt_rate, tc_rate
+
+STATE_DIR = Path("/run/commsim")
+NETNS_DIR = Path("/run/netns")
+INTERFACE = "eth0"
+BRIDGE = "br0"
+SUBNET = "198.18.0"
+PREFIX_LEN = 24
+MAX_NODES = 250
+QDISC = "tbf"
+# Frame on the wire as tbf counts it (IP MTU 1500 + Ethernet header).
+FRAME_BYTES = 1514
+MIN_BURST_FRAMES = 2
+BURST_TIME_S = 100e-6
+QUEUE_TIME_S = 5e-3
+QUEUE_MIN_BYTES = 64 * 1024
+# Congestion control inside the namespaces; None keeps the host's default, which new
+# namespaces inherit (others must be in the host's tcp_allowed_congestion_control).
+TCP_CONGESTION: str | None = os.environ.get("COMMSIM_TCP_CC") or None
+COMMAND_TIMEOUT_S = 20.0
+_PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,9}")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The spec of an emulated cluster that is up: what ``status`` reads back.
+
+    ``bandwidth_Bps`` is the shaped rate of each direction of each node's link; ``burst_bytes`` and
+    ``limit_bytes`` are the tbf bucket and queue sizes on both ends of every link."""
+    nodes: int
+    bandwidth_Bps: float
+    prefix: str
+    addresses: tuple[str, ...]
+    interface: str = INTERFACE
+    qdisc: str = QDISC
+    burst_bytes: int = 0
+    limit_bytes: int = 0
+    bridge_namespace: str = ""
+    tcp_congestion: str = ""
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(namespace(i, self.prefix) for i in range(self.nodes))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "ClusterInfo":
+        data = json.loads(text)
+        data["addresses"] = tuple(data["addresses"])
+        return cls(**data)
+
+
+# --------------------------------------------------------------------------- names and plans
+
+def _check_prefix(prefix: str) -> str:
+    # Interface and namespace names stay short and shell-safe; the prefix also names the state file.
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise UserError(f"cluster prefix {prefix!r} must be 1-10 lowercase letters/digits, "
+                        f"starting with a letter")
+    return prefix
+
+
+def namespace(node: int, prefix: str = "csim") -> str:
+    """Network namespace of node ``node``: ``csim-n0``, ``csim-n1``..."""
+    if node < 0:
+        raise UserError(f"node {node} must be >= 0")
+    return f"{_check_prefix(prefix)}-n{node}"
+
+
+def bridge_namespace(prefix: str = "csim") -> str:
+    return f"{_check_prefix(prefix)}-br"
+
+
+def address(node: int) -> str:
+    """IPv4 address of node ``node`` (no prefix length): 198.18.0.<node+1>."""
+    if not 0 <= node < MAX_NODES:
+        raise UserError(f"node {node} out of range 0..{MAX_NODES - 1}")
+    return f"{SUBNET}.{node + 1}"
+
+
+def _port(node: int) -> str:
+    """The bridge-side end of node ``node``'s link, inside the bridge namespace."""
+    return f"p{node}"
+
+
+def shaping(bandwidth_Bps: float) -> tuple[int, int]:
+    """(burst_bytes, limit_bytes) of the tbf on each end of a link shaped to ``bandwidth_Bps``."""
+    burst = max(MIN_BURST_FRAMES * FRAME_BYTES, round(bandwidth_Bps * BURST_TIME_S))
+    limit = max(QUEUE_MIN_BYTES, round(bandwidth_Bps * QUEUE_TIME_S), 2 * burst)
+    return int(burst), int(limit)
+
+
+def plan(nodes: int, bandwidth_Bps: float, prefix: str = "csim") -> ClusterInfo:
+    """The ClusterInfo that ``up`` would build; validates the arguments."""
+    _check_prefix(prefix)
+    if not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        raise UserError(f"--nodes {nodes} must be an integer in 1..{MAX_NODES}")
+    if not (bandwidth_Bps > 0 and bandwidth_Bps < float("inf")):
+        raise UserError(f"--bandwidth {bandwidth_Bps!r} B/s must be positive and finite")
+    if bandwidth_Bps * 8 < 8000:
+        raise UserError(f"--bandwidth {fmt_rate(bandwidth_Bps)} is below tc's useful range "
+                        f"(use at least 8kbit)")
+    burst, limit = shaping(bandwidth_Bps)
+    return ClusterInfo(nodes=nodes, bandwidth_Bps=float(bandwidth_Bps), prefix=prefix,
+                       addresses=tuple(address(i) for i in range(nodes)), burst_bytes=burst,
+                       limit_bytes=limit, bridge_namespace=bridge_namespace(prefix),
+                       tcp_congestion=TCP_CONGESTION or _host_tcp_congestion())
+
+
+def _host_tcp_congestion() -> str:
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _state_path(prefix: str) -> Path:
+    return STATE_DIR / f"{_check_prefix(prefix)}.json"
+
+
+# --------------------------------------------------------------------------- running commands
+
+def _run(argv: list[str], *, what: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run an iproute2 command; a failure becomes a one-line UserError naming ``what``."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError:
+        raise UserError(f"{argv[0]} not found; install iproute2") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: '{' '.join(argv)}' did not finish in {COMMAND_TIMEOUT_S:g} s")\
+            from None
+    if check and proc.returncode != 0:
+        err = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
+        raise UserError(f"{what}: '{' '.join(argv)}' failed: {err}")
+    return proc
+
+
+def _ip_batch(ns: str, commands: list[str], *, what: str) -> None:
+    """Run many ``ip`` commands in one process inside ``ns`` (one fork instead of dozens)."""
+    if not commands:
+        return
+    try:
+        proc = subprocess.run(["ip", "-n", ns, "-batch", "-"], input="\n".join(commands) + "\n",
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError:
+        raise UserError("ip not found; install iproute2") from None
+    if proc.returncode != 0:
+        err = " ".join((proc.stderr or proc.stdout).split())
+        raise UserError(f"{what} in namespace {ns} failed: {err}")
+
+
+def check_prereqs() -> None:
+    """Raise UserError (one line) unless we are root and ``ip``, ``tc`` and netns work here."""
+    if os.geteuid() != 0:
+        raise UserError("the emulated cluster needs root (network namespaces and tc); "
+                        "run as root, e.g. with sudo")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise UserError(f"'{tool}' not found; install iproute2 (apt-get install iproute2)")
+    if not Path("/proc/self/ns/net").exists():
+        raise UserError("this kernel does not support network namespaces (/proc/self/ns/net "
+                        "is missing)")
+    proc = _run(["ip", "netns", "list"], what="listing network namespaces", check=False)
+    if proc.returncode != 0:
+        raise UserError("'ip netns' does not work here: "
+                        + (" ".join(proc.stderr.split()) or f"exit {proc.returncode}"))
+
+
+def _existing_namespaces(prefix: str) -> list[str]:
+    """Every namespace that belongs to the cluster ``prefix`` (nodes and bridge)."""
+    pattern = re.compile(rf"{re.escape(_check_prefix(prefix))}-(n\d+|br)")
+    names = [p.name for p in NETNS_DIR.iterdir()] if NETNS_DIR.is_dir() else []
+    # Sorted so that teardown is deterministic: bridge last (nodes' peers die with their node).
+    return sorted((n for n in names if pattern.fullmatch(n)), key=lambda n: (n.endswith("-br"), n))
+
+
+# --------------------------------------------------------------------------- building
+
+def _build(info: ClusterInfo) -> None:
+    br = info.bridge_namespace
+    rate = tc_rate(info.bandwidth_Bps)
+    tbf = f"tbf rate {rate} burst {info.burst_bytes} limit {info.limit_bytes}"
+    for ns in (br, *info.namespaces):
+        _run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
+    # addrgenmode none: no IPv6 link-local address, so no neighbour-discovery chatter shows up in
+    # the byte counters that live runs report.
+    cmds = ["link set lo up",
+            f"link add {BRIDGE} type bridge forward_delay 0 stp_state 0",
+            f"link set {BRIDGE} addrgenmode none"]
+    for i, ns in enumerate(info.namespaces):
+        # Created inside the bridge namespace, node end moved straight to its node: nothing ever
+        # appears in the host namespace.
+        cmds += [f"link add {_port(i)} type veth peer name {info.interface} netns {ns}",
+                 f"link set {_port(i)} addrgenmode none",
+                 f"link set {_port(i)} master {BRIDGE}",
+                 f"link set {_port(i)} up"]
+    cmds.append(f"link set {BRIDGE} up")
+    _ip_batch(br, cmds, what="building the bridge")
+    for i, ns in enumerate(info.namespaces):
+        _ip_batch(ns, ["link set lo up",
+                       f"link set {info.interface} addrgenmode none",
+                       f"addr add {info.addresses[i]}/{PREFIX_LEN} dev {info.interface}",
+                       f"link set {info.interface} up"], what=f"configuring node {i}")
+        if info.tcp_congestion != _host_tcp_congestion():
+            # Only congestion controls in the host's tcp_allowed_congestion_control can be set.
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                  f"net.ipv4.tcp_congestion_control={info.tcp_congestion}"],
+                 what=f"setting TCP congestion control in {ns}")
+        _run(["tc", "-n", ns, "qdisc", "replace", "dev", info.interface, "root", *tbf.split()],
+             what=f"shaping node {i} egress ({ns} {info.interface})")
+        _run(["tc", "-n", br, "qdisc", "replace", "dev", _port(i), "root", *tbf.split()],
+             what=f"shaping the switch port to node {i} ({br} {_port(i)})")
+
+
+def _healthy(info: ClusterInfo) -> bool:
+    """True when every namespace, port and qdisc of ``info`` is there (and nothing extra is)."""
+    expected = sorted([*info.namespaces, info.bridge_namespace],
+                      key=lambda n: (n.endswith("-br"), n))
+    if _existing_namespaces(info.prefix) != expected:
+        return False
+    proc = _run(["tc", "-n", info.bridge_namespace, "-j", "qdisc", "show"],
+                what="reading the switch qdiscs", check=False)
+    if proc.returncode != 0:
+        return False
+    shaped = {q.get("dev") for q in json.loads(proc.stdout or "[]") if q.get("kind") == info.qdisc}
+    return shaped >= {_port(i) for i in range(info.nodes)}
+
+
+def status(prefix: str = "csim") -> ClusterInfo | None:
+    """The cluster ``prefix`` that is up, or None (nothing up, or only a broken half of one)."""
+    path = _state_path(prefix)
+    try:
+        info = ClusterInfo.from_json(path.read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return info if _healthy(info) else None
+
+
+def up(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim") -> ClusterInfo:
+    """Build (or keep) an emulated cluster of ``nodes`` nodes, each link shaped to the rate."""
+    want = plan(nodes, bandwidth_Bps, prefix)
+    check_prereqs()
+    if status(prefix) == want:
+        # Same spec already up: only undo a fault injection that was left behind.
+        for i in range(nodes):
+            set_link(i, True, prefix)
+        return want
+    down(prefix)
+    try:
+        _build(want)
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = _state_path(prefix).with_suffix(".tmp")
+        tmp.write_text(want.to_json())
+        os.replace(tmp, _state_path(prefix))
+    except BaseException:
+        down(prefix)
+        raise
+    return want
+
+
+def down(prefix: str = "csim") -> int:
+    """Remove every namespace of cluster ``prefix`` (also a half-built one) and its state file.
+
+    Returns the number of namespaces removed; never fails when nothing exists."""
+    _state_path(prefix).unlink(missing_ok=True)
+    names = _existing_namespaces(prefix)
+    removed = 0
+    for ns in names:
+        # Deleting a namespace destroys the veth ends in it, and with them their peers.
+        proc = _run(["ip", "netns", "delete", ns], what=f"deleting namespace {ns}", check=False)
+        if proc.returncode == 0:
+            removed += 1
+        elif (NETNS_DIR / ns).exists():
+            raise UserError(f"could not delete namespace {ns}: {' '.join(proc.stderr.split())}")
+    return removed
+
+
+# --------------------------------------------------------------------------- using a cluster
+
+def exec_argv(node: int, argv: list[str], prefix: str = "csim") -> list[str]:
+    """argv that runs ``argv`` inside node ``node``'s namespace."""
+    if not argv:
+        raise UserError("exec_argv needs a command to run")
+    return ["ip", "netns", "exec", namespace(node, prefix), *map(str, argv)]
+
+
+def interface_counters(node: int, prefix: str = "csim") -> dict:
+    """Byte/packet counters of node ``node``'s interface (kernel statistics, as in
+    /sys/class/net/eth0/statistics inside the namespace): rx_bytes, tx_bytes, rx_packets,
+    tx_packets, rx_dropped, tx_dropped."""
+    ns = namespace(node, prefix)
+    proc = _run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", INTERFACE],
+                what=f"reading the counters of node {node}", check=False)
+    if proc.returncode != 0:
+        raise UserError(f"node {node} ({ns}) has no {INTERFACE}; is the cluster up? "
+                        f"(commsim cluster status)")
+    stats = json.loads(proc.stdout)[0]["stats64"]
+    return {f"{d}_{k}": int(stats[d][k]) for d in ("rx", "tx")
+            for k in ("bytes", "packets", "dropped")}
+
+
+def set_link(node: int, up: bool, prefix: str = "csim") -> None:
+    """Take node ``node``'s link down or up at the switch (like pulling its cable).
+
+    The node keeps its address; its eth0 loses carrier, so packets are dropped silently and TCP
+    connections time out instead of failing fast, as on a real cable fault."""
+    ns = namespace(node, prefix)  # validates node and prefix
+    proc = _run(["ip", "-n", bridge_namespace(prefix), "link", "set", _port(node),
+                 "up" if up else "down"], what=f"setting node {node}'s link", check=False)
+    if proc.returncode != 0:
+        raise UserError(f"node {node} ({ns}) has no link on the switch; is the cluster up? "
+                        f"(commsim cluster status)")
+
+
+# --------------------------------------------------------------------------- throughput test
+
+_SERVER = r"""
+import json, socket, sys, time
+addr, timeout = sys.argv[1], float(sys.argv[2])
+srv = socket.socket()
+srv.bind((addr, 0))
+srv.listen(1)
+srv.settimeout(timeout)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+conn.settimeout(timeout)
+buf = bytearray(1 << 20)
+first = conn.recv_into(buf)
+t0 = time.perf_counter()
+n = 0
+while True:
+    k = conn.recv_into(buf)
+    if not k:
+        break
+    n += k
+    t1 = time.perf_counter()
+conn.close()
+print(json.dumps({"bytes": n, "seconds": (t1 - t0) if n else 0.0}), flush=True)
+"""
+
+_CLIENT = r"""
+import socket, sys, time
+addr, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.create_connection((addr, port), timeout=5)
+chunk = b"\0" * (256 * 1024)
+end = time.perf_counter() + seconds
+while time.perf_counter() < end:
+    s.sendall(chunk)
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+s.close()
+"""
+
+
+def measure_throughput(src: int, dst: int, seconds: float = 2.0, *,
+                       prefix: str = "csim") -> float:
+    """Bytes/s of one TCP bulk transfer from node ``src`` to node ``dst`` for ``seconds``.
+
+    The receiver times from its first byte to the sender's close (so connection set-up is not
+    counted); both processes are killed if they overrun, so this always returns or raises."""
+    if src == dst:
+        raise UserError(f"throughput test needs two different nodes, got {src} and {dst}")
+    if not 0 < seconds <= 600:
+        raise UserError(f"seconds {seconds} must be in (0, 600]")
+    limit_s = seconds + 15.0
+    dst_addr = address(dst)
+    server = subprocess.Popen(exec_argv(dst, [sys.executable, "-c", _SERVER, dst_addr,
+                                              str(limit_s)], prefix),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = None
+    try:
+        port = server.stdout.readline().strip()
+        if not port.isdigit():
+            server.wait(5)
+            raise UserError(f"throughput server on node {dst} ({namespace(dst, prefix)}) did not "
+                            f"start: {_last_line(server.stderr.read())}")
+        client = subprocess.Popen(exec_argv(src, [sys.executable, "-c", _CLIENT, dst_addr, port,
+                                                  str(seconds)], prefix),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # The client finishes first (it stops sending by itself); a client that cannot connect
+        # or send fails fast, and then the server is not waited for.
+        _, client_err = client.communicate(timeout=limit_s)
+        if client.returncode != 0:
+            raise UserError(f"throughput test: node {src} could not send to {dst_addr}: "
+                            f"{_last_line(client_err)}")
+        out, err = server.communicate(timeout=15.0)
+        if server.returncode != 0:
+            raise UserError(f"throughput test: node {dst} ({dst_addr}) failed to receive: "
+                            f"{_last_line(err)}")
+        result = json.loads(out.strip().splitlines()[-1])
+        if result["seconds"] <= 0:
+            raise UserError(f"throughput test node {src} -> {dst_addr} moved no data")
+        return result["bytes"] / result["seconds"]
+    except subprocess.TimeoutExpired:
+        raise UserError(f"throughput test node {src} -> {dst_addr} did not finish in "
+                        f"{limit_s:g} s") from None
+    finally:
+        for proc in (client, server):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else "no message"
