@@ -354,6 +354,20 @@ def set_link(node: int, up: bool, prefix: str = "csim") -> None:
                         f"(commsim cluster status)")
 
 
+def link_states(prefix: str = "csim") -> dict[int, bool]:
+    """{node: link is up at the switch} for every node port of cluster ``prefix`` ({} if none)."""
+    proc = _run(["ip", "-n", bridge_namespace(prefix), "-j", "link", "show"],
+                what="reading the switch ports", check=False)
+    if proc.returncode != 0:
+        return {}
+    states = {}
+    for link in json.loads(proc.stdout or "[]"):
+        m = re.fullmatch(r"p(\d+)", link.get("ifname", ""))
+        if m:
+            states[int(m.group(1))] = "UP" in link.get("flags", [])
+    return dict(sorted(states.items()))
+
+
 # --------------------------------------------------------------------------- throughput test
 
 _SERVER = r"""

@@ -1,0 +1,92 @@
+"""commsim cluster up / down / status: the emulated cluster (network namespaces shaped by tc)."""
+from __future__ import annotations
+
+import json
+
+import typer
+
+PrefixOpt = typer.Option("csim", "--prefix", help="Name prefix of the namespaces "
+                         "(<prefix>-n0.., <prefix>-br); lets tests use their own cluster.")
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(no_args_is_help=True, help="An emulated cluster on this machine: one "
+                        "network namespace per node on a bridge, every link shaped with tc "
+                        "(needs root and iproute2).")
+    group.command("up", help="Build (or keep) an emulated cluster; rank r of an emulated run "
+                  "runs in node r.")(up)
+    group.command("down", help="Remove the emulated cluster (always cleans up, also after a "
+                  "half-built 'up').")(down)
+    group.command("status", help="Show the emulated cluster that is up.")(status)
+    app.add_typer(group, name="cluster")
+
+
+def up(
+    nodes: int = typer.Option(..., "--nodes", min=1, max=250, help="Number of nodes."),
+    bandwidth: str = typer.Option(..., "--bandwidth", help="Rate of each direction of every "
+                                  "node's link, tc spelling: 1gbit, 100mbit, 125MBps."),
+    prefix: str = PrefixOpt,
+) -> None:
+    from commsim.calibrate import cluster
+    from commsim.errors import UserError
+    from commsim.units import UnitError, parse_rate_Bps
+
+    try:
+        rate = parse_rate_Bps(bandwidth)
+    except UnitError as exc:
+        raise UserError(f"--bandwidth: {exc}") from None
+    cluster.check_prereqs()
+    before = cluster.status(prefix)
+    info = cluster.up(nodes, rate, prefix=prefix)
+    verb = "already up" if before == info else "up"
+    typer.echo(f"emulated cluster '{prefix}' {verb}")
+    typer.echo(_table(info, cluster.link_states(prefix)))
+
+
+def down(prefix: str = PrefixOpt) -> None:
+    from commsim.calibrate import cluster
+
+    cluster.check_prereqs()
+    removed = cluster.down(prefix)
+    typer.echo(f"removed {removed} namespace{'s' * (removed != 1)} of emulated cluster "
+               f"'{prefix}'" if removed else f"no emulated cluster '{prefix}' to remove")
+
+
+def status(
+    prefix: str = PrefixOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    from dataclasses import asdict
+
+    from commsim.calibrate import cluster
+
+    cluster.check_prereqs()
+    info = cluster.status(prefix)
+    if info is None:
+        typer.echo("null" if json_out else "no emulated cluster is up"
+                   + (f" (prefix '{prefix}')" if prefix != "csim" else ""))
+        return
+    links = cluster.link_states(prefix)
+    if json_out:
+        typer.echo(json.dumps({**asdict(info), "link_up": [links.get(i, False)
+                                                            for i in range(info.nodes)]},
+                              indent=2))
+        return
+    typer.echo(_table(info, links))
+
+
+def _table(info, links: dict[int, bool]) -> str:
+    from commsim.calibrate.cluster import namespace
+    from commsim.table import text_table
+    from commsim.units import fmt_bytes, fmt_rate
+
+    head = (f"{info.nodes} node{'s' * (info.nodes != 1)}, {fmt_rate(info.bandwidth_Bps)} each "
+            f"way per link, qdisc {info.qdisc} (burst {fmt_bytes(info.burst_bytes)}, queue "
+            f"{fmt_bytes(info.limit_bytes)}), TCP {info.tcp_congestion}, switch namespace "
+            f"{info.bridge_namespace}")
+    rows = [{"node": str(i), "namespace": namespace(i, info.prefix), "address": addr,
+             "interface": info.interface, "rate": fmt_rate(info.bandwidth_Bps),
+             "link": "up" if links.get(i, False) else "DOWN"}
+            for i, addr in enumerate(info.addresses)]
+    columns = tuple((k, k, str) for k in rows[0])
+    return head + "\n" + text_table(rows, columns)
