@@ -32,44 +32,50 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print one line to stderr and return the Exit to raise."""
-    line = " ".join(str(message).split())
-    typer.echo(f"commsim: error: {line}", err=True)
-    return typer.Exit(code)
-
-
 USER_ERRORS = (UserError, ProfileError, UnitError, FileExistsError)
+
+
+def _click_exceptions():
+    """typer >= 0.24 vendors click as typer._click; older typer uses click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions
+    return exceptions
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the typer app and map every user error to exit code 2."""
-    import click
-
+    cx = _click_exceptions()
     try:
         app(args=argv, prog_name="commsim", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        # typer prints the help for a bare command group: that is an answer, not an error.
+    except cx.NoArgsIsHelpError as exc:
+        # A bare command group prints its help: that is an answer, not an error.
         exc.show()
         return 0
-    except click.UsageError as exc:
-        hint = f" (see 'commsim {exc.ctx.command_path.split(' ', 1)[1] if exc.ctx and ' ' in exc.ctx.command_path else ''} --help')" if exc.ctx else ""
-        typer.echo(f"commsim: error: {' '.join(exc.format_message().split())}{hint}", err=True)
+    except cx.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "commsim"
+        typer.echo(f"commsim: error: {_one_line(exc.format_message())} "
+                   f"(see '{where} --help')", err=True)
         return 2
-    except click.exceptions.Exit as exc:
+    except cx.ClickException as exc:
+        typer.echo(f"commsim: error: {_one_line(exc.format_message())}", err=True)
+        return 2
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo("commsim: interrupted", err=True)
         return 130
     except USER_ERRORS as exc:
-        typer.echo(f"commsim: error: {' '.join(str(exc).split())}", err=True)
+        typer.echo(f"commsim: error: {_one_line(exc)}", err=True)
         return 2
     except RunFailed as exc:
-        typer.echo(f"commsim: run failed: {' '.join(str(exc).split())}", err=True)
+        typer.echo(f"commsim: run failed: {_one_line(exc)}", err=True)
         return 1
-    except KeyboardInterrupt:
-        typer.echo("commsim: interrupted", err=True)
-        return 130
     except BrokenPipeError:
         return 0
     return 0

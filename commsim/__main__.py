@@ -1,0 +1,3 @@
+from commsim.cli import entry
+
+entry()

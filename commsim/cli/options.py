@@ -1,0 +1,121 @@
+"""Options shared by the commands that predict (predict, sweep, trace, report): parsed here once."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commsim.api import Scenario
+from commsim.errors import UserError
+from commsim.profile import Profile, load, load_default
+from commsim.spec import MiB
+from commsim.units import parse_rate_Bps, parse_time_s
+
+ProfileOpt = typer.Option(None, "--profile", help="Profile JSON from 'commsim calibrate' "
+                          "(default: the bundled profile).", dir_okay=False)
+GlobalBatchOpt = typer.Option(None, "--global-batch", min=1,
+                              help="Samples per iteration over all ranks (strong scaling; "
+                                   "default 256).")
+BatchPerRankOpt = typer.Option(None, "--batch-per-rank", min=1,
+                               help="Samples per rank per iteration (weak scaling).")
+BucketOpt = typer.Option(25.0, "--bucket-mb", help="DDP bucket cap in MiB (bucket_cap_mb).")
+BandwidthOpt = typer.Option(None, "--bandwidth", help="What-if link rate, tc spelling: "
+                            "1gbit, 100mbit, 125MBps (default: the profile's fitted link).")
+LatencyOpt = typer.Option(None, "--latency", help="What-if one-way latency: 50us, 0.2ms.")
+RanksPerHostOpt = typer.Option(1, "--ranks-per-host", min=1,
+                               help="Ranks per host; they share its cores and NIC.")
+CoresOpt = typer.Option(None, "--cores-per-host", help="Cores per host (default: the threads "
+                        "each rank was calibrated with, times ranks per host).")
+SharedCoresOpt = typer.Option(None, "--shared-cpu-cores", help="All ranks share one pool of "
+                              "this many cores (a cluster emulated on one machine).")
+StragglerOpt = typer.Option(None, "--straggler", help="RANK:FACTOR, rank computes FACTOR times "
+                            "slower (repeatable).")
+SlowLinkOpt = typer.Option(None, "--slow-link", help="HOST:RATE, that host's NIC runs at RATE "
+                           "(repeatable).")
+NoOverlapOpt = typer.Option(False, "--no-overlap", help="DDP what-if: launch every bucket after "
+                            "backward instead of overlapping.")
+EngineOpt = typer.Option("des", "--engine", help="des (discrete-event) or analytic "
+                         "(closed forms, homogeneous clusters only).")
+
+
+def load_profile(path: Optional[Path]) -> Profile:
+    return load_default() if path is None else load(path)
+
+
+def _pairs(values, what: str, parse_value) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for text in values or ():
+        key, sep, value = text.partition(":")
+        if not sep or not key.strip().isdigit():
+            raise UserError(f"--{what} takes INDEX:VALUE, got {text!r}")
+        out[int(key)] = parse_value(value)
+    return out
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"straggler factor must be a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise UserError(f"straggler factor must be positive and finite, got {text!r}")
+    return value
+
+
+def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ranks_per_host,
+             cores_per_host, shared_cpu_cores, straggler, slow_link, no_overlap) -> Scenario:
+    if global_batch is not None and batch_per_rank is not None:
+        raise UserError("give --global-batch or --batch-per-rank, not both")
+    if not bucket_mb > 0 or bucket_mb == float("inf"):
+        raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
+    for name, value in (("--cores-per-host", cores_per_host),
+                        ("--shared-cpu-cores", shared_cpu_cores)):
+        if value is not None and (not value > 0 or value == float("inf")):
+            raise UserError(f"{name} must be positive, got {value}")
+    return Scenario(
+        global_batch=None if batch_per_rank else (global_batch or 256),
+        batch_per_rank=batch_per_rank, bucket_bytes=max(1, round(bucket_mb * MiB)),
+        bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
+        latency_s=None if latency is None else _latency(latency),
+        ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
+        shared_cpu_cores=shared_cpu_cores,
+        stragglers=_pairs(straggler, "straggler", _factor),
+        slow_links_Bps=_pairs(slow_link, "slow-link", parse_rate_Bps),
+        overlap=not no_overlap)
+
+
+def _latency(text: str) -> float:
+    if text.strip() in ("0", "0s", "0us", "0ms"):
+        return 0.0
+    return parse_time_s(text)
+
+
+def parse_nodes(text: str) -> list[int]:
+    """'1,2,4,8', '1-4' (every integer) or 'pow2:64' (1, 2, 4, ..., 64)."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if part.startswith("pow2:"):
+                top = int(part[5:])
+                k = 1
+                while k <= top:
+                    out.append(k)
+                    k *= 2
+            elif "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UserError(f"cannot read node count {part!r} in --nodes {text!r}; use e.g. "
+                            "1,2,4,8 or 1-4 or pow2:64") from None
+    if not out or any(n < 1 for n in out):
+        raise UserError(f"--nodes {text!r} must list node counts >= 1")
+    return sorted(set(out))
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False)

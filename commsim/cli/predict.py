@@ -1,0 +1,116 @@
+"""commsim predict / sweep: the simulator, from the command line."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from commsim.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Predict one training iteration: time, speedup, compute vs communication, "
+                     "bytes on the wire and link utilisation.")(predict)
+    app.command(help="Predict strategies x node counts in one table.")(sweep)
+
+
+def predict(
+    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
+    nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
+    profile: Optional[Path] = o.ProfileOpt,
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    bucket_mb: float = o.BucketOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    ranks_per_host: int = o.RanksPerHostOpt,
+    cores_per_host: Optional[float] = o.CoresOpt,
+    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
+    straggler: Optional[List[str]] = o.StragglerOpt,
+    slow_link: Optional[List[str]] = o.SlowLinkOpt,
+    no_overlap: bool = o.NoOverlapOpt,
+    engine: str = o.EngineOpt,
+    per_rank: bool = typer.Option(False, "--per-rank", help="Also list every rank."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    from commsim.api import predict as run
+    from commsim.table import text_table
+    from commsim.units import fmt_bytes, fmt_rate, fmt_time
+
+    prof = o.load_profile(profile)
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
+                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
+                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap)
+    result = run(prof, strategy, nodes, sc, engine=engine)
+    if json_out:
+        typer.echo(o.dumps(result.to_dict(per_rank=per_rank)))
+        return
+    r = result
+    src = prof.metadata.get("source", "unknown")
+    typer.echo(f"commsim predict: {r.strategy} on {r.nodes} node(s) x {r.ranks_per_host} rank(s), "
+               f"global batch {r.global_batch} ({r.batch_per_rank}/rank), "
+               f"link {fmt_rate(r.link_bandwidth_Bps)}, engine {r.engine}")
+    typer.echo(f"profile: {prof.model_name}, {fmt_bytes(prof.model_bytes)} of gradients in "
+               f"{len(prof.params)} tensors; source: {src}")
+    typer.echo("")
+    typer.echo(text_table([r.to_dict()]))
+    typer.echo("")
+    typer.echo(f"iteration {fmt_time(r.iteration_s)} = compute {fmt_time(r.compute_s)} + exposed "
+               f"communication {fmt_time(r.exposed_comm_s)}; {r.overlap_fraction:.0%} of "
+               f"{fmt_time(r.comm_s)} communication hidden behind compute")
+    typer.echo(f"speedup {r.speedup:.2f}x over one rank ({r.efficiency:.0%} efficiency); "
+               f"epoch of {r.iterations_per_epoch} iterations: {fmt_time(r.epoch_s)}")
+    typer.echo(f"per rank: sent {fmt_bytes(r.bytes_sent_per_rank)} (busiest "
+               f"{fmt_bytes(r.bytes_sent_max)}), algbw {fmt_rate(r.algbw_Bps)}, busbw "
+               f"{fmt_rate(r.busbw_Bps)}, busiest link {r.link_utilization:.0%} used")
+    if per_rank:
+        typer.echo("")
+        typer.echo(text_table(list(r.per_rank), columns=(
+            ("rank", "rank", str), ("finish", "finish_s", fmt_time),
+            ("compute", "compute_s", fmt_time), ("comm", "comm_s", fmt_time),
+            ("sent", "bytes_sent", fmt_bytes), ("received", "bytes_received", fmt_bytes))))
+
+
+def sweep(
+    strategies: str = typer.Option("single,ps,ring,ddp", "--strategies",
+                                   help="Comma-separated strategies."),
+    nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
+                              help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),
+    profile: Optional[Path] = o.ProfileOpt,
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    bucket_mb: float = o.BucketOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    ranks_per_host: int = o.RanksPerHostOpt,
+    cores_per_host: Optional[float] = o.CoresOpt,
+    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
+    engine: str = o.EngineOpt,
+    csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    from commsim.api import strategy_names, sweep as run
+    from commsim.errors import UserError
+    from commsim.strategies import get_strategy
+    from commsim.table import csv_text, text_table
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    if not names:
+        raise UserError("--strategies is empty; choose from " + ", ".join(strategy_names()))
+    for name in names:
+        get_strategy(name)
+    node_list = o.parse_nodes(nodes)
+    prof = o.load_profile(profile)
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
+                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
+                    straggler=None, slow_link=None, no_overlap=False)
+    rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine)]
+    if json_out:
+        typer.echo(o.dumps(rows))
+    elif csv_out:
+        typer.echo(csv_text(rows), nl=False)
+    else:
+        typer.echo(text_table(rows))
