@@ -1,0 +1,143 @@
+"""Compute calibration: forward, backward and SGD step times per batch size, and when each
+parameter's gradient becomes ready during backward.
+
+For one batch size (``measure_batch``):
+1. build inputs of the model's input shape and labels in range of its output width;
+2. ``warmup`` untimed iterations (allocator, thread pool, first-touch), then ``reps`` timed
+   ones, each split into forward (+ loss), backward and ``optimizer.step()`` (SGD, lr 0.1,
+   momentum 0.9, weight decay 1e-4: the CS744 base script's optimiser);
+3. during every backward a post-accumulate-grad hook on each parameter stamps the time its
+   gradient is ready; stamps become fractions 0..1 of that backward's duration (registration
+   order), the shape DDP's bucketing overlaps communication with.
+``summarize`` turns the repetitions into medians and inter-quartile ranges.
+``measure_reduction`` times ``a.add_(b)`` on one thread (Gloo reduces on one thread) over
+buffer sizes: the reduction cost γ (seconds per byte) of the all-reduce model.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+# The base script's optimiser (seeds: CS744 assignment 2, main.py).
+SGD_LR = 0.1
+SGD_MOMENTUM = 0.9
+SGD_WEIGHT_DECAY = 1e-4
+PHASES = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """What to time: the model (factory ``module:function``), its input shape and the sweep."""
+    model: str
+    input_shape: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    warmup: int = 1
+    reps: int = 3
+    # Past this many seconds per iteration, use ``min_reps`` repetitions (keeps the sweep short).
+    slow_iteration_s: float = 2.0
+    min_reps: int = 2
+
+
+class ComputeBench:
+    """A model, its optimiser and loss, and hooks that stamp gradient-ready times."""
+
+    def __init__(self, factory: Callable[[], nn.Module], input_shape: tuple[int, ...],
+                 seed: int = 0):
+        torch.manual_seed(seed)
+        self.model = factory()
+        self.model.train()
+        self.input_shape = tuple(input_shape)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.SGD(self.params, lr=SGD_LR, momentum=SGD_MOMENTUM,
+                                         weight_decay=SGD_WEIGHT_DECAY)
+        self.loss_fn = nn.CrossEntropyLoss()
+        with torch.no_grad():
+            out = self.model(torch.zeros(2, *self.input_shape))
+        self.num_outputs = int(out.shape[-1]) if out.dim() > 1 else 1
+        self._stamps = np.zeros(len(self.params))
+        for i, p in enumerate(self.params):
+            p.register_post_accumulate_grad_hook(self._stamp_hook(i))
+
+    def _stamp_hook(self, index: int):
+        def hook(_param: torch.Tensor) -> None:
+            self._stamps[index] = time.perf_counter()
+        return hook
+
+    def iteration(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, float, np.ndarray]:
+        """One training step: (forward_s, backward_s, optimizer_s, ready fractions)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = self.loss_fn(self.model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.optimizer.step()
+        t3 = time.perf_counter()
+        fractions = np.clip((self._stamps - t1) / max(t2 - t1, 1e-12), 0.0, 1.0)
+        return t1 - t0, t2 - t1, t3 - t2, fractions
+
+    def batch(self, batch_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch_size, *self.input_shape, generator=g)
+        y = torch.randint(0, self.num_outputs, (batch_size,), generator=g)
+        return x, y
+
+
+def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: int,
+                  slow_iteration_s: float = float("inf"), min_reps: int = 1) -> dict:
+    """Raw repetitions for one batch size (a JSON-able sample record)."""
+    x, y = bench.batch(batch_size)
+    first = 0.0
+    for _ in range(warmup):
+        f, b, o, _ = bench.iteration(x, y)
+        first = f + b + o
+    if first > slow_iteration_s:
+        reps = max(min_reps, 1)
+    rows = [bench.iteration(x, y) for _ in range(reps)]
+    return {"batch_size": batch_size, "reps": reps, "warmup": warmup,
+            "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],
+            "optimizer_s": [r[2] for r in rows],
+            "grad_ready": np.median(np.stack([r[3] for r in rows]), axis=0).round(5).tolist()}
+
+
+def median_iqr(values: list[float]) -> tuple[float, float]:
+    q1, med, q3 = np.percentile(np.asarray(values, dtype=float), [25, 50, 75])
+    return float(med), float(q3 - q1)
+
+
+def summarize(records: list[dict]) -> dict:
+    """Records (any order) -> per-phase median and IQR lists, sorted by batch size."""
+    records = sorted(records, key=lambda r: r["batch_size"])
+    out: dict = {"batch_sizes": [r["batch_size"] for r in records]}
+    for phase in PHASES:
+        stats = [median_iqr(r[f"{phase}_s"]) for r in records]
+        out[f"{phase}_s"] = [m for m, _ in stats]
+        out[f"{phase}_spread_s"] = [s for _, s in stats]
+    return out
+
+
+def measure_reduction(sizes_bytes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 22, 1 << 24),
+                      reps: int = 5) -> dict:
+    """Median seconds of ``a.add_(b)`` on float32 buffers, single-threaded, per size."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for n in sizes_bytes:
+            a = torch.ones(max(1, n // 4))
+            b = torch.ones_like(a)
+            a.add_(b)  # first touch
+            runs = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                a.add_(b)
+                runs.append(time.perf_counter() - t0)
+            times.append(float(np.median(runs)))
+    finally:
+        torch.set_num_threads(previous)
+    return {"sizes_bytes": list(sizes_bytes), "times_s": times}

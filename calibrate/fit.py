@@ -1,0 +1,210 @@
+"""Fit the cost model to calibration samples (numpy/scipy only: no torch here).
+
+Every fit is linear in its unknowns, t = X·θ with θ >= 0, solved by
+``scipy.optimize.least_squares(loss="soft_l1")`` on *relative* residuals (model/measured - 1), so
+microsecond and second timings weigh alike and an outlier (a scheduler hiccup) is down-weighted.
+95% confidence intervals come from the Jacobian at the optimum (covariance s²(JᵀWJ)⁻¹ with the
+soft-L1 weights W), as ±1.96 standard errors; a bandwidth's interval is the inverse of the
+interval of its seconds-per-byte.
+
+Models (n = message bytes per rank, p = world size, α = latency_s, B = bandwidth_Bps,
+γ = reduction_s_per_B, o = overhead_s, L = ⌈log2 p⌉):
+
+=============  ==========================================================================
+send_recv      t = α + n/B                                   (the link: profile ``network``)
+all_reduce     t = o + 2(p-1)α + 2(p-1)/p·n/B + (p-1)/p·n·γ  (Gloo's ring; γ measured apart)
+gather         t = o + α + (p-1)·n/B      (all receives posted at once; the root's NIC
+scatter        t = o + α + (p-1)·n/B       serialises p-1 messages of n bytes)
+broadcast      t = o + L·(α + n/B)        (Gloo's binomial tree, whole message per round)
+barrier        t = o + 2L·α               (no payload; B is the link's)
+=============  ==========================================================================
+
+A constant term cannot tell per-message latency from per-call overhead, so collectives take α
+from the send/recv fit and report o = constant - (latency multiplier)·α (>= 0).  γ is not
+identifiable from all-reduce timings alone either: it comes from timing a local ``a.add_(b)``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from commsim.profile import CollectiveFit, NetworkFit
+
+Z95 = 1.959963984540054
+SOFT_L1_SCALE = 0.05  # relative residuals beyond ~5% count as outliers
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """θ of t = X·θ, their 95% half-widths, and R² of the fit in absolute seconds."""
+    params: tuple[float, ...]
+    half_width95: tuple[float, ...]
+    r2: float
+
+
+def robust_linear_fit(X: np.ndarray, t: np.ndarray) -> LinearFit:
+    """Non-negative soft-L1 least squares on relative residuals, with 95% intervals."""
+    X = np.asarray(X, dtype=float)
+    t = np.asarray(t, dtype=float)
+    if len(t) < X.shape[1]:
+        raise ValueError(f"need at least {X.shape[1]} samples to fit {X.shape[1]} parameters, "
+                         f"got {len(t)}")
+    A = X / t[:, None]                       # relative residual r = A·θ - 1
+    x0 = np.clip(np.linalg.lstsq(A, np.ones(len(t)), rcond=None)[0], 1e-15, None)
+    scale = np.maximum(np.abs(x0), 1e-15)    # conditions the solver: θ spans 1e-9..1e-3
+    res = least_squares(lambda z: A @ (z * scale) - 1.0, x0 / scale, bounds=(0, np.inf),
+                        loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale="jac", method="trf")
+    theta = res.x * scale
+    r = A @ theta - 1.0
+    w = 1.0 / np.sqrt(1.0 + (r / SOFT_L1_SCALE) ** 2)   # soft-L1's IRLS weights
+    dof = max(len(t) - X.shape[1], 1)
+    s2 = float(np.sum(w * r**2) / dof)
+    cov = s2 * np.linalg.pinv(A.T @ (w[:, None] * A))
+    half = Z95 * np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    pred = X @ theta
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    return LinearFit(tuple(map(float, theta)), tuple(map(float, half)), r2)
+
+
+def _bw_interval(s_per_B: float, half: float) -> list[float]:
+    lo = 1.0 / (s_per_B + half)
+    hi = 1.0 / (s_per_B - half) if s_per_B > half else math.inf
+    return [lo, hi if math.isfinite(hi) else 1e30]
+
+
+def _interval(value: float, half: float, floor: float = 0.0) -> list[float]:
+    return [max(floor, value - half), value + half]
+
+
+@dataclass(frozen=True)
+class Form:
+    """t = o + latency_mult(p)·α + bytes_mult(p)·n/B + reduce_mult(p)·n·γ."""
+    latency_mult: Callable[[int], float]
+    bytes_mult: Callable[[int], float]
+    reduce_mult: Callable[[int], float] = lambda p: 0.0
+
+
+def _log2p(p: int) -> float:
+    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
+
+
+FORMS: dict[str, Form] = {
+    "send_recv": Form(lambda p: 1.0, lambda p: 1.0),
+    "all_reduce": Form(lambda p: 2.0 * (p - 1), lambda p: 2.0 * (p - 1) / p,
+                       lambda p: (p - 1) / p),
+    "gather": Form(lambda p: 1.0, lambda p: float(p - 1)),
+    "scatter": Form(lambda p: 1.0, lambda p: float(p - 1)),
+    "broadcast": Form(_log2p, _log2p),
+    "barrier": Form(lambda p: 2.0 * _log2p(p), lambda p: 0.0),
+}
+# nccl-tests' bus bandwidth factors (busbw = algbw * factor); gather/scatter count the bytes
+# that cross the root's link, (p-1) messages of n bytes.
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda p: 2.0 * (p - 1) / p,
+    "gather": lambda p: float(p - 1),
+    "scatter": lambda p: float(p - 1),
+    "broadcast": lambda p: 1.0,
+    "send_recv": lambda p: 1.0,
+    "barrier": lambda p: 0.0,
+}
+
+
+def _points(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Every repetition is one point (the robust loss handles the noisy ones)."""
+    n = [r["bytes"] for r in records for _ in r["times_s"]]
+    t = [x for r in records for x in r["times_s"]]
+    return np.asarray(n, dtype=float), np.asarray(t, dtype=float)
+
+
+def fit_network(records: list[dict]) -> tuple[NetworkFit, CollectiveFit]:
+    """send/recv records -> the link (α, B) and its CollectiveFit."""
+    n, t = _points(records)
+    fit = robust_linear_fit(np.column_stack([np.ones_like(n), n]), t)
+    (alpha, s_per_B), (h_alpha, h_s) = fit.params, fit.half_width95
+    if s_per_B <= 0:
+        raise ValueError("send/recv times do not grow with size: cannot fit a bandwidth "
+                         "(measure larger sizes)")
+    net = NetworkFit(latency_s=alpha, bandwidth_Bps=1.0 / s_per_B)
+    ci = {"latency_s": _interval(alpha, h_alpha), "bandwidth_Bps": _bw_interval(s_per_B, h_s)}
+    world = records[0].get("world_size", 2)
+    return net, CollectiveFit(latency_s=alpha, bandwidth_Bps=1.0 / s_per_B, world_size=world,
+                              r2=fit.r2, ci95=ci)
+
+
+def fit_collective(op: str, records: list[dict], *, world_size: int, network: NetworkFit,
+                   reduction_s_per_B: float = 0.0) -> CollectiveFit:
+    """Fit ``op``'s form (table above) at ``world_size``; α comes from ``network``."""
+    form, p = FORMS[op], world_size
+    n, t = _points(records)
+    gamma = reduction_s_per_B if form.reduce_mult(p) else 0.0
+    known = form.reduce_mult(p) * n * gamma
+    y = t - known
+    alpha_part = form.latency_mult(p) * network.latency_s
+    if form.bytes_mult(p) == 0.0 or np.ptp(n) == 0:
+        # No payload: only the constant is measured.
+        const = float(np.median(y))
+        half = Z95 * float(np.std(y, ddof=1)) / math.sqrt(len(y)) if len(y) > 1 else 0.0
+        overhead = max(0.0, const - alpha_part)
+        return CollectiveFit(latency_s=network.latency_s, bandwidth_Bps=network.bandwidth_Bps,
+                             overhead_s=overhead, world_size=p, r2=None,
+                             ci95={"overhead_s": _interval(overhead, half)})
+    if np.any(y <= 0):
+        y = np.maximum(y, 0.5 * t)  # γ larger than measured: never let a time go negative
+    fit = robust_linear_fit(np.column_stack([np.ones_like(n), form.bytes_mult(p) * n]), y)
+    (const, s_per_B), (h_const, h_s) = fit.params, fit.half_width95
+    if s_per_B <= 0:
+        raise ValueError(f"{op} times do not grow with size: cannot fit a bandwidth")
+    overhead = max(0.0, const - alpha_part)
+    return CollectiveFit(latency_s=network.latency_s, bandwidth_Bps=1.0 / s_per_B,
+                         reduction_s_per_B=gamma, overhead_s=overhead, world_size=p,
+                         r2=fit.r2, ci95={"overhead_s": _interval(overhead, h_const),
+                                          "bandwidth_Bps": _bw_interval(s_per_B, h_s)})
+
+
+def fit_reduction(sizes_bytes: list[int], times_s: list[float]) -> tuple[float, list[float]]:
+    """γ (seconds per byte) of a local ``a.add_(b)`` and its 95% interval: t = c + γ·n."""
+    n = np.asarray(sizes_bytes, dtype=float)
+    fit = robust_linear_fit(np.column_stack([np.ones_like(n), n]), np.asarray(times_s))
+    return fit.params[1], _interval(fit.params[1], fit.half_width95[1])
+
+
+def predict(op: str, fit: CollectiveFit, nbytes: float) -> float:
+    """The fitted time of one ``op`` call of ``nbytes`` per rank."""
+    form, p = FORMS[op], fit.world_size
+    if op == "send_recv":
+        return fit.latency_s + nbytes / fit.bandwidth_Bps
+    return (fit.overhead_s + form.latency_mult(p) * fit.latency_s
+            + form.bytes_mult(p) * nbytes / fit.bandwidth_Bps
+            + form.reduce_mult(p) * nbytes * fit.reduction_s_per_B)
+
+
+def nccl_table(records: list[dict]) -> list[dict]:
+    """nccl-tests-style rows: size, count, time (median), algbw, busbw, #wrong."""
+    rows = []
+    for r in sorted(records, key=lambda r: (r["op"], r["bytes"])):
+        t = float(np.median(r["times_s"]))
+        algbw = r["bytes"] / t if t > 0 else 0.0
+        rows.append({"op": r["op"], "size_bytes": r["bytes"], "count": r["count"],
+                     "type": "float", "time_s": t, "algbw_Bps": algbw,
+                     "busbw_Bps": algbw * BUSBW_FACTOR[r["op"]](r["world_size"]),
+                     "wrong": r["wrong"]})
+    return rows
+
+
+def format_nccl_table(rows: list[dict]) -> str:
+    """The rows as text, one block per op, like nccl-tests' output (GB/s = 1e9 B/s)."""
+    lines = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        lines.append(f"# {op}")
+        lines.append(f"#{'size':>12} {'count':>10} {'type':>6} {'time(us)':>11} "
+                     f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}")
+        for r in (r for r in rows if r["op"] == op):
+            lines.append(f" {r['size_bytes']:>12} {r['count']:>10} {r['type']:>6} "
+                         f"{r['time_s'] * 1e6:>11.1f} {r['algbw_Bps'] / 1e9:>11.4f} "
+                         f"{r['busbw_Bps'] / 1e9:>11.4f} {r['wrong']:>6}")
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""Fits recover known latency, bandwidth and reduction cost from noisy synthetic timings."""
+import numpy as np
+import pytest
+
+from commsim.calibrate import fit as F
+from commsim.profile import NetworkFit
+
+SIZES = [4 * 4**k for k in range(13)]  # 4 B .. 64 MiB
+
+
+def records(op, times_fn, p=4, noise=0.02, outlier=True, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in SIZES:
+        t = [times_fn(n) * (1 + noise * rng.standard_normal()) for _ in range(5)]
+        out.append({"op": op, "bytes": n, "count": max(1, n // 4), "world_size": p,
+                    "times_s": t, "wrong": 0})
+    if outlier:
+        out[6]["times_s"][0] *= 8  # a scheduler hiccup
+    return out
+
+
+ALPHA, BW, GAMMA, OVER = 80e-6, 125e6, 2e-9, 30e-6
+
+
+def test_send_recv_fit_recovers_latency_and_bandwidth_with_noise_and_an_outlier():
+    net, coll = F.fit_network(records("send_recv", lambda n: ALPHA + n / BW, p=2))
+    assert net.latency_s == pytest.approx(ALPHA, rel=0.1)
+    assert net.bandwidth_Bps == pytest.approx(BW, rel=0.03)
+    lo, hi = coll.ci95["bandwidth_Bps"]
+    assert lo < BW < hi and hi / lo < 1.2
+
+
+def test_all_reduce_fit_separates_bandwidth_from_the_measured_reduction_cost():
+    p = 4
+    truth = lambda n: OVER + 2 * (p - 1) * ALPHA + 2 * (p - 1) / p * n / BW + (p - 1) / p * n * GAMMA  # noqa: E731
+    fit = F.fit_collective("all_reduce", records("all_reduce", truth, p=p), world_size=p,
+                           network=NetworkFit(ALPHA, BW), reduction_s_per_B=GAMMA)
+    assert fit.bandwidth_Bps == pytest.approx(BW, rel=0.03)
+    assert fit.overhead_s == pytest.approx(OVER, abs=20e-6)
+    assert fit.reduction_s_per_B == GAMMA and fit.world_size == p
+    assert F.predict("all_reduce", fit, 1 << 20) == pytest.approx(truth(1 << 20), rel=0.03)
+    # Ignoring γ would bias the bandwidth low: the test can tell the two apart.
+    naive = F.fit_collective("all_reduce", records("all_reduce", truth, p=p), world_size=p,
+                             network=NetworkFit(ALPHA, BW))
+    assert naive.bandwidth_Bps < 0.9 * BW
+
+
+@pytest.mark.parametrize("op", ["gather", "scatter", "broadcast"])
+def test_rooted_collectives_recover_the_link_bandwidth(op):
+    p = 4
+    form = F.FORMS[op]
+    truth = lambda n: OVER + form.latency_mult(p) * ALPHA + form.bytes_mult(p) * n / BW  # noqa: E731
+    fit = F.fit_collective(op, records(op, truth, p=p), world_size=p,
+                           network=NetworkFit(ALPHA, BW))
+    assert fit.bandwidth_Bps == pytest.approx(BW, rel=0.03)
+    assert F.predict(op, fit, 4 << 20) == pytest.approx(truth(4 << 20), rel=0.03)
+
+
+def test_barrier_fit_is_its_overhead_beyond_the_latency_rounds():
+    recs = [{"op": "barrier", "bytes": 0, "count": 1, "world_size": 4,
+             "times_s": [OVER + 4 * ALPHA] * 5, "wrong": 0}]
+    fit = F.fit_collective("barrier", recs, world_size=4, network=NetworkFit(ALPHA, BW))
+    assert fit.overhead_s == pytest.approx(OVER)
+
+
+def test_reduction_cost_is_the_slope_of_local_add_times():
+    sizes = [1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    gamma, (lo, hi) = F.fit_reduction(sizes, [5e-6 + GAMMA * n for n in sizes])
+    assert gamma == pytest.approx(GAMMA, rel=1e-3) and lo <= gamma <= hi
+
+
+def test_nccl_table_bus_bandwidth_for_all_reduce():
+    recs = [{"op": "all_reduce", "bytes": 1 << 20, "count": 1 << 18, "world_size": 4,
+             "times_s": [0.01, 0.01, 0.03], "wrong": 1}]
+    (row,) = F.nccl_table(recs)
+    assert row["algbw_Bps"] == pytest.approx((1 << 20) / 0.01)
+    assert row["busbw_Bps"] == pytest.approx(row["algbw_Bps"] * 1.5)
+    assert row["wrong"] == 1 and "#wrong" in F.format_nccl_table([row])
