@@ -1,0 +1,543 @@
+"""Live data-parallel training: measure what ``commsim predict`` predicts, on real training.
+
+One process per rank trains VGG-11 (or any model factory) exactly as the seed assignment does, and
+reports per-iteration time split into compute and synchronisation, bytes on the rank's interface,
+training loss and, with real data, test loss/accuracy.
+
+Algorithm, per rank (``live_worker``):
+
+1. Pin torch threads (``max(1, cores // ranks on this host)``) and seed torch with the same seed on
+   every rank *before* building the model, so every rank starts from identical parameters.
+2. Build the model from ``config.model`` ("module:function"), SGD(lr 0.1, momentum 0.9,
+   weight decay 1e-4; the assignment's base script).  ``ddp`` wraps it in
+   DistributedDataParallel(bucket_cap_mb) with a comm hook that timestamps every bucket's
+   all-reduce (launch → completion) so its in-flight time can be reported.
+3. Partition the training set with DistributedSampler (``set_epoch`` per epoch); each rank takes
+   ``batch_per_rank`` samples a step, so the union of all ranks' step-i batches is exactly the
+   step-i batch of single-process training with the same sampler seed.
+4. Run ``iterations + 1`` steps: forward, loss, backward, sync (strategy), optimizer step, each
+   timed with ``perf_counter``; the first step is discarded (warm-up, as the seed documents do).
+   Interface byte counters are read after the first step and after the last.
+5. ``ddp`` only: compute and communication overlap inside backward, so additionally time
+   forward+backward+step of a communication-free copy of the model (all ranks at once, so the
+   CPU contention matches) and report exposed sync = iteration − that compute.
+6. With a data directory, evaluate the test set split over the ranks and all-reduce the sums.
+
+``aggregate`` then combines the per-rank results into one record whose field names match
+``commsim predict --json``: times are the slowest rank's medians (a synchronous step waits for the
+slowest rank), with ``rank_mean``/``rank_max`` alongside.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from commsim.calibrate.cifar import load_dataset
+from commsim.calibrate.models import load_factory
+from commsim.calibrate.worker import set_threads
+from commsim.errors import UserError
+
+if TYPE_CHECKING:
+    from commsim.calibrate.cluster import ClusterInfo
+
+DEFAULT_MODEL = "commsim.calibrate.models:vgg11_cifar"
+WORKER = "commsim.calibrate.live:live_worker"
+# Hyper-parameters of the assignment's base script (main.py of CS744 assignment 2).
+LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Everything one live run needs; travels to the ranks as a plain dict (``to_dict``).
+
+    ``global_batch`` is split evenly over the ranks (floored; the batch actually used is
+    reported) unless ``batch_per_rank`` is given.  ``threads_per_rank`` 0 keeps the launcher's
+    ``max(1, cores // ranks per host)``.  ``gather`` makes rank 0 collect every rank's result
+    (torchrun, where no parent process reads them).  ``exit_rank``/``exit_iteration`` inject a crash
+    (``os._exit(3)`` on that rank at that step) so tests can prove a dead rank fails the run;
+    ``return_params`` adds the final parameters to each rank's result (small models only);
+    ``augment`` False turns off the crop/flip augmentation (equality tests need it off).
+    """
+    strategy: str = "ring"
+    global_batch: int = 256
+    batch_per_rank: int | None = None
+    iterations: int = 20
+    bucket_mb: float = 25.0
+    data_dir: str | None = None
+    synthetic_size: int = 50000
+    test_samples: int | None = None
+    model: str = DEFAULT_MODEL
+    track_running_stats: bool = True
+    seed: int = 0
+    threads_per_rank: int = 0
+    emulated: bool = False
+    compute_probe_iterations: int = 3
+    exit_rank: int | None = None
+    exit_iteration: int | None = None
+    return_params: bool = False
+    augment: bool = True
+    gather: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LiveConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"live config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def validate(self, world_size: int) -> None:
+        """Raise UserError naming the argument that makes this run impossible."""
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"--strategy: {self.strategy!r} is not one of "
+                            f"{', '.join(STRATEGIES)}")
+        if world_size < 1:
+            raise UserError(f"--nodes: must be >= 1, got {world_size}")
+        if self.strategy == "single" and world_size != 1:
+            raise UserError(f"--nodes: strategy 'single' runs on one rank, got {world_size}")
+        if self.iterations < 1:
+            raise UserError(f"--iterations: must be >= 1, got {self.iterations}")
+        if self.bucket_mb <= 0:
+            raise UserError(f"--bucket-mb: must be > 0, got {self.bucket_mb}")
+        if self.batch_per_rank is not None and self.batch_per_rank < 1:
+            raise UserError(f"--batch-per-rank: must be >= 1, got {self.batch_per_rank}")
+        if self.batch_per_rank is None and self.global_batch < world_size:
+            raise UserError(f"--global-batch: {self.global_batch} is smaller than the "
+                            f"{world_size} ranks it is split over")
+        steps_needed = self.rank_batch(world_size) * world_size
+        if self.data_dir is None and self.synthetic_size < steps_needed:
+            raise UserError(f"synthetic_size: {self.synthetic_size} samples cannot fill one "
+                            f"global batch of {steps_needed}")
+
+    def rank_batch(self, world_size: int) -> int:
+        if self.batch_per_rank is not None:
+            return self.batch_per_rank
+        return max(1, self.global_batch // world_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies: how gradients become identical on every rank.
+# ----------------------------------------------------------------------------------------------
+
+def sync_none(model: nn.Module, rank: int, world_size: int) -> None:
+    """``single`` and ``ddp``: nothing to do after backward (DDP reduced inside backward)."""
+
+
+def sync_ps(model: nn.Module, rank: int, world_size: int) -> None:
+    """Parameter server through rank 0, per parameter (the seed report's listing 3)."""
+    for param in model.parameters():
+        if rank == 0:
+            gradients = [torch.zeros_like(param.grad.data) for _ in range(world_size)]
+            dist.gather(param.grad.data, gradients, dst=0)
+            mean = torch.mean(torch.stack(gradients), dim=0)
+            dist.scatter(param.grad.data, [mean for _ in range(world_size)], src=0)
+        else:
+            dist.gather(param.grad.data, dst=0)
+            dist.scatter(param.grad.data, src=0)
+
+
+def sync_ring(model: nn.Module, rank: int, world_size: int) -> None:
+    """All-reduce (Gloo's ring) per parameter, then divide (the seed report's listing 4)."""
+    for param in model.parameters():
+        dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM)
+        param.grad.data /= world_size
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A way to synchronise: a function run between backward and step, and whether the model is
+    wrapped in DistributedDataParallel (which synchronises inside backward instead)."""
+    sync: Callable[[nn.Module, int, int], None]
+    ddp: bool = False
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "single": Strategy(sync_none),
+    "ps": Strategy(sync_ps),
+    "ring": Strategy(sync_ring),
+    "ddp": Strategy(sync_none, ddp=True),
+}
+
+
+class BucketTimer:
+    """DDP comm hook state: records (launch, completion) perf_counter pairs of every bucket's
+    all-reduce.  The hook does what DDP's built-in reducer does (divide by world, all-reduce
+    SUM), so timing it does not change the arithmetic."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.intervals: list[tuple[float, float]] = []
+
+    def take(self) -> list[tuple[float, float]]:
+        out, self.intervals = self.intervals, []
+        return out
+
+
+def timed_allreduce_hook(state: BucketTimer, bucket):  # no annotation: DDP checks it literally
+    tensor = bucket.buffer()
+    tensor.div_(state.world_size)
+    start = time.perf_counter()
+    fut = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def done(f):
+        # Runs when Gloo completes the work: the end of this bucket's time in flight.
+        state.intervals.append((start, time.perf_counter()))
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+def union_s(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping intervals (buckets in flight together)."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# Models and data
+# ----------------------------------------------------------------------------------------------
+
+def small_cnn(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """A tiny conv net (conv-BN-ReLU-pool, linear) for fast tests and CI-sized live runs."""
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8, track_running_stats=track_running_stats),
+        nn.ReLU(), nn.MaxPool2d(4),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
+        nn.Flatten(), nn.Linear(16 * 2 * 2, num_classes))
+
+
+def small_mlp(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """A tiny model without batch norm: data-parallel training equals single-process training
+    on the same global batch exactly (up to float reassociation)."""
+    return nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear(3 * 8 * 8, 32), nn.ReLU(),
+                         nn.Linear(32, num_classes))
+
+
+def build_model(cfg: LiveConfig) -> nn.Module:
+    return load_factory(cfg.model)(num_classes=10, track_running_stats=cfg.track_running_stats)
+
+
+def load_data(cfg: LiveConfig, train: bool):
+    """CIFAR-10 from ``cfg.data_dir`` or synthetic images; crop/flip on training data if
+    ``cfg.augment``."""
+    return load_dataset(cfg.data_dir, train=train, synthetic_size=cfg.synthetic_size,
+                        seed=cfg.seed, augment=train and cfg.augment)
+
+
+def batches(dataset, rank: int, world_size: int, batch: int, seed: int):
+    """Endless iterator over this rank's DistributedSampler partition, ``set_epoch`` per epoch."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=seed)
+    loader = DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=True)
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement helpers
+# ----------------------------------------------------------------------------------------------
+
+def interface_bytes() -> dict[str, int] | None:
+    """rx/tx bytes summed over this network namespace's interfaces other than ``lo``.
+
+    Under ``--emulate`` each rank lives in its own namespace, so these are the rank's own
+    counters; on the host (loopback shared by every rank) there is no per-rank interface and
+    this returns None.
+    """
+    try:
+        with open("/proc/self/net/dev") as fh:
+            lines = fh.read().splitlines()[2:]
+    except OSError:
+        return None
+    rx = tx = 0
+    found = False
+    for line in lines:
+        name, _, rest = line.partition(":")
+        if name.strip() == "lo":
+            continue
+        cols = rest.split()
+        rx += int(cols[0])
+        tx += int(cols[8])
+        found = True
+    return {"rx_bytes": rx, "tx_bytes": tx} if found else None
+
+
+def finite(x: float) -> float | None:
+    """x, or None when it is NaN/inf (results travel as strict JSON; a diverged loss is null)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """Median, mean, spread (sample standard deviation), min and max of a timing series."""
+    return {"median": statistics.median(values), "mean": statistics.fmean(values),
+            "spread": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values)}
+
+
+def barrier(world_size: int) -> None:
+    if world_size > 1 and dist.is_initialized():
+        dist.barrier()
+
+
+def pin_threads(cfg: LiveConfig) -> int:
+    """Threads this rank computes with: ``cfg.threads_per_rank`` if set, else what the launcher
+    pinned (``max(1, cores // ranks per host)``, so co-located ranks do not oversubscribe)."""
+    if cfg.threads_per_rank:
+        set_threads(cfg.threads_per_rank)
+    return torch.get_num_threads()
+
+
+def train_step(model, optimizer, criterion, data, target, sync, rank, world_size) -> dict:
+    """One timed step.  Returns the phase times (s) and the local loss."""
+    t0 = time.perf_counter()
+    optimizer.zero_grad()
+    output = model(data)
+    loss = criterion(output, target)
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    sync(model, rank, world_size)
+    t3 = time.perf_counter()
+    optimizer.step()
+    t4 = time.perf_counter()
+    return {"forward_s": t1 - t0, "backward_s": t2 - t1, "sync_s": t3 - t2, "step_s": t4 - t3,
+            "iteration_s": t4 - t0, "loss": finite(loss.item())}
+
+
+def probe_compute(model: nn.Module, data, target, iterations: int, world_size: int) -> float:
+    """Median forward+backward+step seconds of a communication-free copy of the model.
+
+    All ranks run it at the same time (barriers around it) so the CPU sharing of co-located
+    ranks is the same as in the real loop.  The copy's updates are thrown away.
+    """
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(twin.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    criterion = nn.CrossEntropyLoss()
+    barrier(world_size)
+    times = [train_step(twin, opt, criterion, data, target, sync_none, 0, 1)["iteration_s"]
+             for _ in range(iterations + 1)][1:]
+    barrier(world_size)
+    return statistics.median(times)
+
+
+def evaluate(model: nn.Module, cfg: LiveConfig, rank: int, world_size: int) -> dict:
+    """Test loss and accuracy; each rank takes every world_size-th sample, sums are reduced."""
+    from torch.utils.data import DataLoader, Subset
+
+    test = load_data(cfg, train=False)
+    n = len(test) if cfg.test_samples is None else min(cfg.test_samples, len(test))
+    loader = DataLoader(Subset(test, range(rank, n, world_size)), batch_size=500)
+    criterion = nn.CrossEntropyLoss(reduction="sum")
+    sums = torch.zeros(3, dtype=torch.float64)  # loss, correct, count
+    model.eval()
+    with torch.no_grad():
+        for data, target in loader:
+            out = model(data)
+            sums += torch.tensor([criterion(out, target).item(),
+                                  (out.argmax(1) == target).sum().item(), len(target)],
+                                 dtype=torch.float64)
+    model.train()
+    if world_size > 1:
+        dist.all_reduce(sums)
+    return {"test_loss": sums[0].item() / sums[2].item(),
+            "test_accuracy": sums[1].item() / sums[2].item()}
+
+
+# ----------------------------------------------------------------------------------------------
+# The worker
+# ----------------------------------------------------------------------------------------------
+
+def live_worker(rank: int, world_size: int, config: dict) -> dict:
+    """Train on this rank and return its measurements (a JSON-able dict).
+
+    The process group (Gloo) is already initialised by the launcher for world_size > 1.
+    """
+    cfg = LiveConfig.from_dict(config)
+    cfg.validate(world_size)
+    strategy = STRATEGIES[cfg.strategy]
+    threads = pin_threads(cfg)
+    batch = cfg.rank_batch(world_size)
+
+    torch.manual_seed(cfg.seed)  # before the model: identical initial parameters on every rank
+    model = build_model(cfg)
+    # Augmentation draws from the global generator: give each rank its own stream so ranks do
+    # not crop and flip their (different) samples in lock-step.
+    torch.manual_seed(cfg.seed + 1 + rank)
+    net: nn.Module = model
+    timer = None
+    if strategy.ddp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_mb)
+        timer = BucketTimer(world_size)
+        net.register_comm_hook(timer, timed_allreduce_hook)
+    optimizer = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM,
+                                weight_decay=WEIGHT_DECAY)
+    criterion = nn.CrossEntropyLoss()
+    stream = batches(load_data(cfg, train=True), rank, world_size, batch, cfg.seed)
+
+    steps, comm_in_flight = [], []
+    counters_before = None
+    for i in range(cfg.iterations + 1):
+        if cfg.exit_rank == rank and cfg.exit_iteration == i:
+            os._exit(3)  # fault injection (tests): die without any goodbye to the peers
+        data, target = next(stream)
+        steps.append(train_step(net, optimizer, criterion, data, target, strategy.sync,
+                                rank, world_size))
+        if timer is not None:
+            comm_in_flight.append(union_s(timer.take()))
+        if i == 0:
+            counters_before = interface_bytes() if cfg.emulated else None
+    counters_after = interface_bytes() if cfg.emulated else None
+    timed = steps[1:]
+
+    phase = {k: summary([s[k] for s in timed])
+             for k in ("forward_s", "backward_s", "sync_s", "step_s", "iteration_s")}
+    iteration = phase["iteration_s"]
+    result: dict[str, Any] = {
+        "rank": rank, "world_size": world_size, "strategy": cfg.strategy,
+        "batch_per_rank": batch, "threads": threads,
+        "iteration_s": iteration["median"], "iteration_s_mean": iteration["mean"],
+        "iteration_s_spread": iteration["spread"],
+        "iterations_s": [s["iteration_s"] for s in timed],
+        "phases": phase, "loss": [s["loss"] for s in steps],
+    }
+    if strategy.ddp:
+        # Sync runs inside backward, overlapped: compute is measured on a comm-free twin.
+        compute = probe_compute(model, data, target, cfg.compute_probe_iterations, world_size)
+        result.update(compute_s=compute,
+                      comm_s=statistics.median(comm_in_flight[1:]),
+                      exposed_comm_s=max(0.0, iteration["median"] - compute),
+                      compute_note="compute_s measured on a communication-free copy of the "
+                                   "model; comm_s is the union of bucket all-reduces in flight")
+    else:
+        compute = statistics.median(s["iteration_s"] - s["sync_s"] for s in timed)
+        sync = phase["sync_s"]["median"]
+        result.update(compute_s=compute, comm_s=sync, exposed_comm_s=sync)
+
+    if counters_before is not None and counters_after is not None:
+        result["bytes_sent_per_rank"] = (counters_after["tx_bytes"]
+                                         - counters_before["tx_bytes"]) / cfg.iterations
+        result["bytes_received_per_rank"] = (counters_after["rx_bytes"]
+                                             - counters_before["rx_bytes"]) / cfg.iterations
+    else:
+        result["bytes_sent_per_rank"] = result["bytes_received_per_rank"] = None
+        result["bytes_note"] = ("not measured: ranks share the host's loopback, there is no "
+                                "per-rank interface (use --emulate)")
+    if cfg.data_dir is not None:
+        result.update(evaluate(model, cfg, rank, world_size))
+    else:
+        result.update(test_loss=None, test_accuracy=None)
+    result["params_checksum"] = float(sum(p.detach().double().sum() for p in model.parameters()))
+    if cfg.return_params:  # tests compare whole parameter vectors across ranks
+        result["params"] = [p.detach().flatten().tolist() for p in model.parameters()]
+    if cfg.gather and world_size > 1:
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+        if rank == 0:
+            result = {**result, "gathered": gathered}
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Aggregation and the driver
+# ----------------------------------------------------------------------------------------------
+
+RANK_METRICS = ("iteration_s", "iteration_s_mean", "iteration_s_spread", "compute_s", "comm_s",
+                "exposed_comm_s", "bytes_sent_per_rank", "bytes_received_per_rank")
+
+
+def aggregate(per_rank: list[dict], cfg: LiveConfig) -> dict:
+    """One record for the run; field names match ``commsim predict --json``.
+
+    Times and bytes are the maximum over ranks (a synchronous step waits for the slowest rank,
+    and in ``ps`` rank 0 carries the most bytes); ``rank_mean``/``rank_max`` give both.
+    ``loss`` is the per-iteration mean of the ranks' local losses (equal shard sizes, so it is
+    the global-batch loss).
+    """
+    per_rank = sorted(per_rank, key=lambda r: r["rank"])
+    nodes = len(per_rank)
+    rank_max, rank_mean = {}, {}
+    for key in RANK_METRICS:
+        vals = [r[key] for r in per_rank]
+        if any(v is None for v in vals):
+            rank_max[key] = rank_mean[key] = None
+        else:
+            rank_max[key], rank_mean[key] = max(vals), statistics.fmean(vals)
+    batch = per_rank[0]["batch_per_rank"]
+    losses = [None if None in col else statistics.fmean(col)
+              for col in zip(*(r["loss"] for r in per_rank))]
+    out = {"strategy": cfg.strategy, "nodes": nodes, "global_batch": batch * nodes,
+           "batch_per_rank": batch, **rank_max,
+           "iterations": cfg.iterations, "threads_per_rank": per_rank[0]["threads"],
+           "loss": losses, "test_loss": per_rank[0]["test_loss"],
+           "test_accuracy": per_rank[0]["test_accuracy"],
+           "rank_max": rank_max, "rank_mean": rank_mean, "per_rank": per_rank}
+    if cfg.batch_per_rank is None and batch * nodes != cfg.global_batch:
+        out["requested_global_batch"] = cfg.global_batch
+    for note in ("bytes_note", "compute_note"):
+        if note in per_rank[0]:
+            out[note] = per_rank[0][note]
+    return out
+
+
+def run_live(cfg: LiveConfig, *, nodes: int, emulate: "ClusterInfo | None" = None,
+             timeout_s: float = 900.0, out_dir: str | os.PathLike | None = None,
+             progress=None) -> dict:
+    """Launch ``nodes`` ranks of ``live_worker`` (local, or one per node of the emulated
+    cluster ``emulate``) and aggregate their results.  A dead or hung rank raises RunFailed
+    naming it (from the launcher)."""
+    import tempfile
+
+    from commsim.calibrate.launch import launch
+
+    cfg = replace(cfg, emulated=emulate is not None)
+    cfg.validate(nodes)
+    with tempfile.TemporaryDirectory(prefix="commsim-live-") as tmp:
+        per_rank = launch(WORKER, cfg.to_dict(), nodes=nodes, emulate=emulate,
+                          timeout_s=timeout_s, out_dir=out_dir or tmp, progress=progress,
+                          threads_per_rank=cfg.threads_per_rank or None)
+    return aggregate(per_rank, cfg)
+
+
+def run_live_torchrun(cfg: LiveConfig, *, out_dir: str | os.PathLike | None = None) -> dict | None:
+    """Join the torchrun job described by RANK/WORLD_SIZE/MASTER_*: train as this rank.
+
+    Returns the aggregate on rank 0 (which gathers every rank's result) and None elsewhere."""
+    from commsim.calibrate.launch import from_env, run_from_env
+
+    env = from_env()
+    if env is None:
+        raise UserError("not under torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+                        "must all be set")
+    cfg = replace(cfg, gather=True)
+    cfg.validate(env.world_size)
+    result = run_from_env(WORKER, cfg.to_dict(), env, out_dir=out_dir,
+                          threads_per_rank=cfg.threads_per_rank or None)
+    if env.rank != 0:
+        return None
+    return aggregate(result.get("gathered") or [result], cfg)

@@ -1,0 +1,163 @@
+"""Live training correctness: ps/ring/ddp keep ranks identical and equal single-process training."""
+from __future__ import annotations
+
+import io
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from commsim.errors import RunFailed, UserError  # noqa: E402
+from commsim.calibrate import live  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TINY = dict(synthetic_size=64, iterations=3, threads_per_rank=1, return_params=True, seed=3,
+            augment=False)
+
+
+def _spawn(config: dict, world: int) -> list[dict]:
+    """Run ``world`` ranks of live_worker over loopback with the shared launcher."""
+    from commsim.calibrate.launch import launch
+
+    with tempfile.TemporaryDirectory() as out:
+        return launch(live.WORKER, config, nodes=world, timeout_s=120, out_dir=out,
+                      progress=io.StringIO())
+
+
+def _params(result):
+    return [torch.tensor(p) for p in result["params"]]
+
+
+def _assert_close(a, b, atol=1e-5):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=atol, rtol=1e-4)
+
+
+def _cfg(**kw) -> dict:
+    return live.LiveConfig(**{**TINY, **kw}).to_dict()
+
+
+def _reference_ghost_batches(cfg: live.LiveConfig, world: int) -> list:
+    """Single-process training on the same global batches, where the loss is the mean of the
+    losses of each rank's share (rank r's samples are global_batch[r::world]).  With batch norm
+    that keeps no running statistics this is what data parallel computes: each rank normalises
+    with its own share's batch statistics."""
+    torch.manual_seed(cfg.seed)
+    model = live.build_model(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=live.LR, momentum=live.MOMENTUM,
+                          weight_decay=live.WEIGHT_DECAY)
+    crit = torch.nn.CrossEntropyLoss()
+    stream = live.batches(live.load_data(cfg, train=True), 0, 1, cfg.global_batch, cfg.seed)
+    for _ in range(cfg.iterations + 1):
+        data, target = next(stream)
+        opt.zero_grad()
+        loss = sum(crit(model(data[r::world]), target[r::world]) for r in range(world)) / world
+        loss.backward()
+        opt.step()
+    return [p.detach().flatten() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring", "ddp"])
+def test_data_parallel_equals_single_process_without_batch_norm(strategy):
+    single = live.live_worker(0, 1, _cfg(strategy="single", model="commsim.calibrate.live:small_mlp",
+                                         global_batch=16))
+    ranks = _spawn(_cfg(strategy=strategy, model="commsim.calibrate.live:small_mlp",
+                        global_batch=16), 2)
+    assert [r["batch_per_rank"] for r in ranks] == [8, 8]
+    _assert_close(_params(ranks[0]), _params(ranks[1]), atol=0)
+    _assert_close(_params(ranks[0]), _params(single))
+    # The global-batch loss is the mean of the ranks' shares' losses.
+    agg = live.aggregate(ranks, live.LiveConfig(**TINY, strategy=strategy))
+    assert agg["loss"] == pytest.approx(single["loss"], rel=1e-4)
+    assert agg["global_batch"] == 16 and agg["nodes"] == 2
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring"])
+def test_batch_norm_without_running_stats_matches_single_process_per_share(strategy):
+    cfg = live.LiveConfig(**TINY, strategy=strategy, model="commsim.calibrate.live:small_cnn",
+                          track_running_stats=False, global_batch=16)
+    ranks = _spawn(cfg.to_dict(), 2)
+    _assert_close(_params(ranks[0]), _params(ranks[1]), atol=0)
+    _assert_close(_params(ranks[0]), _reference_ghost_batches(cfg, 2))
+
+
+def test_ddp_ranks_stay_identical_with_batch_norm_statistics():
+    ranks = _spawn(_cfg(strategy="ddp", model="commsim.calibrate.live:small_cnn",
+                        global_batch=16, bucket_mb=0.001), 2)
+    _assert_close(_params(ranks[0]), _params(ranks[1]), atol=0)
+    for r in ranks:
+        assert r["comm_s"] > 0 and r["compute_s"] > 0
+        assert r["exposed_comm_s"] >= 0
+
+
+def test_training_actually_changes_parameters():
+    """Guards the equality tests: they would pass trivially if no step happened."""
+    cfg = live.LiveConfig(**TINY, strategy="single", model="commsim.calibrate.live:small_mlp",
+                          global_batch=16)
+    torch.manual_seed(cfg.seed)
+    before = [p.detach().flatten().clone() for p in live.build_model(cfg).parameters()]
+    after = _params(live.live_worker(0, 1, cfg.to_dict()))
+    assert any(not torch.allclose(a, b) for a, b in zip(before, after))
+
+
+def test_single_result_fields_and_timing():
+    r = live.live_worker(0, 1, _cfg(strategy="single", model="commsim.calibrate.live:small_cnn",
+                                    global_batch=8))
+    assert len(r["loss"]) == 4 and len(r["iterations_s"]) == 3  # first iteration discarded
+    assert r["comm_s"] == 0 or r["comm_s"] < 1e-3
+    assert r["iteration_s"] >= r["compute_s"] > 0
+    assert r["bytes_sent_per_rank"] is None and "loopback" in r["bytes_note"]
+    assert r["test_loss"] is None
+
+
+def test_aggregate_takes_slowest_rank_and_predict_field_names():
+    base = dict(batch_per_rank=4, threads=1, loss=[1.0, 2.0], test_loss=None,
+                test_accuracy=None, iteration_s_mean=1.0, iteration_s_spread=0.1,
+                bytes_sent_per_rank=None, bytes_received_per_rank=None)
+    ranks = [dict(base, rank=1, iteration_s=2.0, compute_s=1.0, comm_s=1.0, exposed_comm_s=1.0,
+                  loss=[3.0, 4.0]),
+             dict(base, rank=0, iteration_s=1.0, compute_s=0.5, comm_s=0.5, exposed_comm_s=0.5)]
+    agg = live.aggregate(ranks, live.LiveConfig(strategy="ring", global_batch=9))
+    for key in ("strategy", "nodes", "global_batch", "batch_per_rank", "iteration_s",
+                "compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank",
+                "bytes_received_per_rank", "iteration_s_mean", "iteration_s_spread",
+                "per_rank", "loss", "test_loss", "test_accuracy"):
+        assert key in agg
+    assert agg["iteration_s"] == 2.0 and agg["rank_mean"]["iteration_s"] == 1.5
+    assert agg["loss"] == [2.0, 3.0]
+    assert agg["global_batch"] == 8 and agg["requested_global_batch"] == 9
+    assert [r["rank"] for r in agg["per_rank"]] == [0, 1]
+
+
+def test_union_of_overlapping_intervals():
+    assert live.union_s([]) == 0
+    assert live.union_s([(0, 1), (0.5, 2), (3, 4), (3.2, 3.5)]) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(strategy="nope"), "--strategy"),
+    (dict(strategy="single"), "--nodes"),
+    (dict(iterations=0), "--iterations"),
+    (dict(bucket_mb=0), "--bucket-mb"),
+    (dict(batch_per_rank=0), "--batch-per-rank"),
+    (dict(global_batch=1), "--global-batch"),
+])
+def test_config_errors_name_the_argument(kw, field):
+    with pytest.raises(UserError, match=field):
+        live.LiveConfig(**kw).validate(2)
+
+
+def test_unknown_config_field_is_a_user_error():
+    with pytest.raises(UserError, match="bogus"):
+        live.LiveConfig.from_dict({"bogus": 1})
+
+
+def test_killed_rank_fails_the_run():
+    cfg = live.LiveConfig(**{**TINY, "return_params": False}, strategy="ring",
+                          model="commsim.calibrate.live:small_cnn", global_batch=8,
+                          exit_rank=1, exit_iteration=2)
+    with pytest.raises(RunFailed, match="rank 1"):
+        live.run_live(cfg, nodes=2, timeout_s=60, progress=io.StringIO())
