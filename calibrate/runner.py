@@ -1,0 +1,406 @@
+"""``commsim calibrate``: measure compute and Gloo collectives on N ranks, fit, write a profile.
+
+1. ``run`` validates the options, refuses to overwrite the profile without ``--force``, opens
+   the samples log ``<out>.samples.jsonl`` (a header with the run's fingerprint, then one JSON
+   record per measurement; ``--resume`` reuses the records of an interrupted run with the same
+   fingerprint), brings the emulated cluster up if ``--emulate`` asks for it, then launches
+   ``calibrate_rank`` on every rank (or runs it in-process under torchrun).
+2. ``calibrate_rank`` (each rank, phases separated by monitored barriers with timeouts):
+   a. compute *alone*: with co-located ranks only rank 0 measures while the others wait
+      (on separate hosts all measure at once, which is the same thing);
+   b. compute *contended*: every rank measures at once (co-located ranks share the cores);
+   c. the local reduction cost (``a.add_(b)``, one thread) on rank 0;
+   d. every collective over the size sweep (``collectives.sweep``).
+   Rank 0 appends each record to the samples log as soon as it has it, and prints progress.
+3. ``profile_from_records`` fits (``fit``) and assembles the schema-v1 ``Profile`` with the raw
+   samples and the metadata; it is also how a samples log is re-fitted offline.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from commsim.calibrate import collectives as C
+from commsim.calibrate import compute as K
+from commsim.calibrate import fit as F
+from commsim.calibrate.launch import (DEFAULT_COLLECTIVE_TIMEOUT_S, cpu_cores, default_threads,
+                                      from_env, launch, run_from_env)
+from commsim.calibrate.models import VGG11_FACTORY, build_model, param_specs
+from commsim.errors import RunFailed, UserError
+from commsim.profile import (SCHEMA_VERSION, ComputeTable, Profile, atomic_write_text, save)
+
+DEFAULT_BATCH_SIZES = (16, 32, 64, 128, 256, 512)
+QUICK_BATCH_SIZES = (4, 8)
+DEFAULT_SIZES = C.log_sizes(4, 64 << 20, 4)
+QUICK_SIZES = C.log_sizes(4, 256 << 10, 16)
+# The seeds' per-rank batch (256 over 4 nodes): where the gradient-ready shape is taken.
+GRAD_READY_BATCH = 64
+SAMPLES_SUFFIX = ".samples.jsonl"
+WORKER = "commsim.calibrate.runner:calibrate_rank"
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """Everything ``commsim calibrate`` was asked to do."""
+    out: Path
+    nodes: int = 2
+    emulate_Bps: float | None = None
+    quick: bool = False
+    force: bool = False
+    resume: bool = False
+    model: str = VGG11_FACTORY
+    input_shape: tuple[int, ...] = (3, 32, 32)
+    batch_sizes: tuple[int, ...] | None = None
+    sizes_bytes: tuple[int, ...] | None = None
+    timeout_s: float = 900.0
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
+    threads_per_rank: int | None = None
+    command: str = field(default_factory=lambda: shlex.join(["commsim", *sys.argv[1:]]))
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        return self.batch_sizes or (QUICK_BATCH_SIZES if self.quick else DEFAULT_BATCH_SIZES)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.sizes_bytes or (QUICK_SIZES if self.quick else DEFAULT_SIZES)
+
+
+def samples_path(out: Path) -> Path:
+    return out.with_name(out.name + SAMPLES_SUFFIX)
+
+
+# ---------------------------------------------------------------------------------------------
+# The samples log
+# ---------------------------------------------------------------------------------------------
+
+class SampleLog:
+    """Append-only JSON lines, flushed and fsynced per record so a killed run keeps them."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def append(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, allow_nan=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _fingerprint(opts: CalibrateOptions, world_size: int) -> dict:
+    return {"nodes": world_size, "emulated_rate_Bps": opts.emulate_Bps, "model": opts.model,
+            "input_shape": list(opts.input_shape), "batch_sizes": list(opts.batches),
+            "sizes_bytes": list(opts.sizes), "quick": opts.quick}
+
+
+def open_samples(opts: CalibrateOptions, world_size: int) -> list[dict]:
+    """Start the samples log (or, with --resume, read its records); the records to reuse."""
+    path = samples_path(opts.out)
+    fingerprint = _fingerprint(opts, world_size)
+    if opts.resume and path.exists():
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        try:
+            rows = [json.loads(ln) for ln in lines]
+        except json.JSONDecodeError:
+            # A run killed mid-write leaves a partial last line: drop it, keep the rest.
+            rows = [json.loads(ln) for ln in lines[:-1]]
+        if not rows or rows[0].get("kind") != "header":
+            raise UserError(f"{path} is not a commsim samples log (no header line)")
+        if rows[0].get("fingerprint") != fingerprint:
+            raise UserError(f"{path} was taken with different settings "
+                            f"({rows[0].get('fingerprint')}); rerun with the same options or "
+                            f"--force to start over")
+        return rows[1:]
+    if path.exists() and not opts.force:
+        raise UserError(f"{path} exists (samples of an earlier run): pass --resume to continue "
+                        f"it or --force to start over")
+    atomic_write_text(path, json.dumps({"kind": "header", "fingerprint": fingerprint,
+                                        "command": opts.command}) + "\n", force=True)
+    return []
+
+
+def _key(record: dict) -> tuple:
+    kind = record["kind"]
+    if kind == "compute":
+        return (kind, record["mode"], record["batch_size"])
+    if kind == "collective":
+        return (kind, record["op"], record["bytes"])
+    return (kind,)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank
+# ---------------------------------------------------------------------------------------------
+
+class _Progress:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(f"[calibrate {time.monotonic() - self.start:6.1f}s] {text}", file=sys.stderr,
+                  flush=True)
+
+
+def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
+    """The launched worker (see the module docstring, step 2); rank 0 returns all records."""
+    import torch.distributed as dist
+
+    log = SampleLog(config["samples_path"]) if rank == 0 else None
+    say = _Progress(rank == 0)
+    holder = [config.get("done", []) if rank == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    done = {tuple(json.loads(json.dumps(_key(r)))): r for r in holder[0]}
+    records: list[dict] = list(holder[0]) if rank == 0 else []
+
+    def keep(record: dict) -> None:
+        if rank == 0:
+            log.append(record)
+            records.append(record)
+
+    hosts: list[Any] = [None] * world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    colocated = hosts.count(hosts[rank])
+    phase_timeout = timedelta(seconds=float(config["phase_timeout_s"]))
+    bench = K.ComputeBench(lambda: build_model(config["model"]), tuple(config["input_shape"]))
+    spec = K.ComputeSpec(model=config["model"], input_shape=tuple(config["input_shape"]),
+                         batch_sizes=tuple(config["batch_sizes"]), **config.get("compute", {}))
+
+    # a. alone
+    if rank == 0 or colocated == 1:
+        for i, b in enumerate(spec.batch_sizes):
+            if ("compute", "alone", b) in done:
+                continue
+            rec = K.measure_batch(bench, b, warmup=spec.warmup, reps=spec.reps,
+                                  slow_iteration_s=spec.slow_iteration_s, min_reps=spec.min_reps)
+            keep({"kind": "compute", "mode": "alone", "threads": _threads(), **rec})
+            say(f"compute alone   batch {b:4d} ({i + 1}/{len(spec.batch_sizes)}): "
+                f"fwd {_med(rec['forward_s'])} bwd {_med(rec['backward_s'])} "
+                f"opt {_med(rec['optimizer_s'])}")
+    dist.monitored_barrier(timeout=phase_timeout, wait_all_ranks=True)
+
+    # b. contended: all co-located ranks at once
+    if colocated > 1:
+        for i, b in enumerate(spec.batch_sizes):
+            if ("compute", "contended", b) in done:
+                continue
+            dist.barrier()
+            rec = K.measure_batch(bench, b, warmup=1, reps=int(config.get("contended_reps", 1)))
+            per_rank: list[Any] = [None] * world_size
+            dist.all_gather_object(per_rank, rec)
+            merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
+                      for ph in K.PHASES}
+            keep({"kind": "compute", "mode": "contended", "batch_size": b, "ranks": colocated,
+                  "threads": _threads(), **merged})
+            say(f"compute {colocated} ranks batch {b:4d} ({i + 1}/{len(spec.batch_sizes)}): "
+                f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
+    del bench
+
+    # c. local reduction cost
+    if rank == 0 and ("reduction",) not in done:
+        keep({"kind": "reduction", **K.measure_reduction()})
+    dist.monitored_barrier(timeout=phase_timeout, wait_all_ranks=True)
+
+    # d. collectives
+    cspec = C.CollectiveSpec(sizes_bytes=tuple(config["sizes_bytes"]),
+                             **config.get("collectives", {}))
+    for op in C.OPS:
+        if op == "send_recv" and world_size < 2:
+            continue
+        prior = {k[2]: v for k, v in done.items() if k[:2] == ("collective", op)}
+
+        def on_record(rec: dict, op=op) -> None:
+            keep({"kind": "collective", **rec})
+            say(f"{op:10s} {rec['bytes']:>9d} B: {_med(rec['times_s'])} x{rec['inner']} "
+                f"#wrong {rec['wrong']}")
+        C.sweep(op, cspec, done={n: {k: v for k, v in r.items() if k != "kind"}
+                                 for n, r in prior.items()}, on_record=on_record)
+        dist.monitored_barrier(timeout=timedelta(seconds=float(config["collective_timeout_s"])),
+                               wait_all_ranks=True)
+    if rank != 0:
+        return {"rank": rank}
+    from commsim.calibrate.worker import runtime_info
+
+    return {"rank": 0, "records": records, "ranks_per_host": colocated, "hosts": hosts,
+            "runtime": runtime_info()}
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _med(values: list[float]) -> str:
+    from commsim.units import fmt_time
+
+    return fmt_time(K.median_iqr(values)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Records -> profile
+# ---------------------------------------------------------------------------------------------
+
+def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[int, ...],
+                         world_size: int, metadata: dict) -> Profile:
+    """Fit everything measured and build the profile (raw records kept under ``samples``)."""
+    alone = [r for r in records if r["kind"] == "compute" and r["mode"] == "alone"]
+    contended = [r for r in records if r["kind"] == "compute" and r["mode"] == "contended"]
+    colls = [r for r in records if r["kind"] == "collective"]
+    reduction = next((r for r in records if r["kind"] == "reduction"), None)
+    if not alone:
+        raise RunFailed("no compute samples were taken")
+    table = K.summarize(alone)
+    threads = int(alone[0].get("threads", 1))
+    cont = None
+    if contended:
+        ct = K.summarize(contended)
+        cont = {"ranks": contended[0]["ranks"], "batch_sizes": ct["batch_sizes"],
+                **{f"{ph}_s": ct[f"{ph}_s"] for ph in K.PHASES}}
+    compute = ComputeTable(threads_per_rank=threads, batch_sizes=tuple(table["batch_sizes"]),
+                           **{k: tuple(v) for k, v in table.items() if k != "batch_sizes"},
+                           contended=cont)
+    ready = min(alone, key=lambda r: (abs(r["batch_size"] - GRAD_READY_BATCH), r["batch_size"]))
+    by_op = {op: [r for r in colls if r["op"] == op] for op in C.OPS}
+    if len({r["bytes"] for r in by_op["send_recv"]}) < 2:
+        raise RunFailed("send/recv was measured at fewer than 2 sizes: cannot fit the link")
+    try:
+        network, fits = F.fit_network(by_op["send_recv"])
+        gamma, gamma_ci = (F.fit_reduction(reduction["sizes_bytes"], reduction["times_s"])
+                           if reduction else (0.0, [0.0, 0.0]))
+        collectives = {"send_recv": fits}
+        for op in ("all_reduce", "gather", "scatter", "broadcast", "barrier"):
+            if by_op[op]:
+                collectives[op] = F.fit_collective(op, by_op[op], world_size=world_size,
+                                                   network=network, reduction_s_per_B=gamma)
+    except ValueError as exc:
+        raise RunFailed(f"fitting failed: {exc}") from None
+    params = param_specs(build_model(model))
+    samples = {"compute": alone, "compute_contended": contended, "collectives": colls,
+               "reduction": reduction, "reduction_s_per_B_ci95": gamma_ci,
+               "nccl_table": F.nccl_table(colls)}
+    return Profile(schema_version=SCHEMA_VERSION, metadata=metadata, model_name=model,
+                   input_shape=tuple(input_shape), params=params, compute=compute,
+                   grad_ready_fraction=tuple(ready["grad_ready"]),
+                   grad_ready_batch_size=ready["batch_size"], network=network,
+                   collectives=collectives, samples=samples)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+def _validate(opts: CalibrateOptions) -> None:
+    if opts.nodes < 2:
+        raise UserError(f"--nodes must be >= 2 (collectives need two ranks), got {opts.nodes}")
+    if any(b < 1 for b in opts.batches) or list(opts.batches) != sorted(set(opts.batches)):
+        raise UserError(f"--batch-sizes must be increasing positive integers, got "
+                        f"{','.join(map(str, opts.batches))}")
+    if len(opts.input_shape) < 1 or any(d < 1 for d in opts.input_shape):
+        raise UserError(f"--input-shape must be positive integers, got {opts.input_shape}")
+    if opts.timeout_s <= 0:
+        raise UserError(f"--timeout must be > 0, got {opts.timeout_s}")
+    build_model(opts.model)  # fail fast (one line) on a bad --model, before any rank starts
+
+
+def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | None:
+    """Calibrate and write the profile; returns it (None on torchrun ranks other than 0)."""
+    env = from_env()
+    if env is not None and opts.emulate_Bps is not None:
+        raise UserError("--emulate cannot be used under torchrun (the job already has its ranks)")
+    world = env.world_size if env is not None else opts.nodes
+    is_writer = env is None or env.rank == 0
+    if env is not None and env.world_size < 2:
+        raise UserError("calibrate needs WORLD_SIZE >= 2 under torchrun")
+    _validate(opts if env is None else _with_nodes(opts, world))
+    if is_writer and opts.out.exists() and not opts.force:
+        raise FileExistsError(f"{opts.out} exists; pass --force to overwrite it")
+    done = open_samples(opts, world) if is_writer else []
+    info = None
+    if opts.emulate_Bps is not None:
+        from commsim.calibrate import cluster
+
+        info = cluster.status()
+        if info is None or info.nodes < opts.nodes or \
+                abs(info.bandwidth_Bps - opts.emulate_Bps) > 1e-6 * opts.emulate_Bps:
+            if progress is not None:
+                print(f"[calibrate] bringing up an emulated cluster of {opts.nodes} nodes",
+                      file=progress, flush=True)
+            info = cluster.up(opts.nodes, opts.emulate_Bps)
+    ranks_per_host = env.local_world_size if env is not None else opts.nodes
+    threads = opts.threads_per_rank or default_threads(ranks_per_host)
+    config = {"model": opts.model, "input_shape": list(opts.input_shape),
+              "batch_sizes": list(opts.batches), "sizes_bytes": list(opts.sizes),
+              "samples_path": str(samples_path(opts.out).resolve()), "done": done,
+              "phase_timeout_s": opts.timeout_s,
+              "collective_timeout_s": opts.collective_timeout_s,
+              "compute": {"reps": 2, "warmup": 1} if opts.quick else {},
+              "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {}}
+    work = opts.out.parent / f".{opts.out.name}.ranks"
+    if env is not None:
+        results = [run_from_env(WORKER, config, env, collective_timeout_s=opts.collective_timeout_s,
+                                threads_per_rank=threads)]
+        if env.rank != 0:
+            return None
+    else:
+        results = launch(WORKER, config, nodes=opts.nodes, emulate=info, timeout_s=opts.timeout_s,
+                         out_dir=work, threads_per_rank=threads,
+                         collective_timeout_s=opts.collective_timeout_s, progress=progress)
+    head = results[0]
+    runtime = head["runtime"]
+    metadata = {
+        "source": "commsim calibrate", "command": opts.command,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": runtime["host"], "cpu": cpu_model(), "cores": cpu_cores(),
+        "nodes": world, "ranks_per_host": head["ranks_per_host"],
+        "threads_per_rank": runtime["torch_threads"],
+        "omp_num_threads": runtime["omp_num_threads"],
+        "torch_version": _torch_version(), "backend": "gloo",
+        "interface": runtime["interface"] or "default",
+        "emulated_rate_Bps": opts.emulate_Bps, "quick": opts.quick,
+        "launch": "torchrun" if env is not None else ("emulated" if info else "local"),
+    }
+    if info is not None:
+        metadata["shared_cpu_cores"] = cpu_cores()
+        metadata["emulated_cluster"] = {"qdisc": info.qdisc, "burst_bytes": info.burst_bytes,
+                                        "limit_bytes": info.limit_bytes,
+                                        "addresses": list(info.addresses[:world])}
+    elif env is None:
+        metadata["shared_cpu_cores"] = cpu_cores()
+    profile = profile_from_records(head["records"], model=opts.model,
+                                   input_shape=opts.input_shape, world_size=world,
+                                   metadata=metadata)
+    save(profile, opts.out, force=opts.force)
+    return profile
+
+
+def _with_nodes(opts: CalibrateOptions, nodes: int) -> CalibrateOptions:
+    from dataclasses import replace
+
+    return replace(opts, nodes=nodes)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__

@@ -1,0 +1,70 @@
+"""``commsim calibrate``: parse options, call ``commsim.calibrate.runner.run``, print a summary.
+
+No torch import here: the library is imported inside the command (the CLI starts fast)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commsim.errors import UserError
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"{option} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{option} must list positive integers, got {text!r}")
+    return values
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    def calibrate(
+        nodes: int = typer.Option(2, "--nodes", min=2, help="Ranks to run (local processes, "
+                                  "or emulated nodes with --emulate)."),
+        emulate: Optional[str] = typer.Option(None, "--emulate", metavar="RATE",
+                                              help="Run each rank in a node of an emulated "
+                                              "cluster shaped to RATE (e.g. 1gbit); needs root."),
+        quick: bool = typer.Option(False, "--quick", help="A small sweep (seconds)."),
+        out: Path = typer.Option(Path("profile.json"), "--out", help="Profile to write."),
+        force: bool = typer.Option(False, "--force", help="Overwrite --out and its samples."),
+        resume: bool = typer.Option(False, "--resume",
+                                    help="Continue an interrupted run from <out>.samples.jsonl."),
+        model: str = typer.Option("commsim.calibrate.models:vgg11_cifar", "--model",
+                                  help="nn.Module factory, module:function."),
+        input_shape: str = typer.Option("3,32,32", "--input-shape",
+                                        help="One sample's shape, e.g. 3,32,32."),
+        batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes",
+                                                  help="Per-rank batch sizes (default "
+                                                  "16,32,...,512; --quick: 4,8)."),
+        timeout: float = typer.Option(900.0, "--timeout", min=1.0,
+                                      help="Seconds before the whole run is abandoned."),
+    ) -> None:
+        """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
+        profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
+        from commsim.calibrate.fit import format_nccl_table
+        from commsim.calibrate.runner import CalibrateOptions, run
+        from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
+
+        opts = CalibrateOptions(
+            out=out, nodes=nodes, emulate_Bps=parse_rate_Bps(emulate) if emulate else None,
+            quick=quick, force=force, resume=resume, model=model,
+            input_shape=_ints(input_shape, "--input-shape"),
+            batch_sizes=_ints(batch_sizes, "--batch-sizes") if batch_sizes else None,
+            timeout_s=timeout)
+        profile = run(opts, progress=sys.stderr)
+        if profile is None:  # a torchrun rank other than 0
+            return
+        typer.echo(format_nccl_table(profile.samples["nccl_table"]))
+        net = profile.network
+        typer.echo(f"link: latency {fmt_time(net.latency_s)}, bandwidth "
+                   f"{fmt_rate(net.bandwidth_Bps)}")
+        for name, fit in sorted(profile.collectives.items()):
+            typer.echo(f"{name:10s} bandwidth {fmt_rate(fit.bandwidth_Bps):>13s}  overhead "
+                       f"{fmt_time(fit.overhead_s):>9s}  gamma {fit.reduction_s_per_B:.3g} s/B")
+        typer.echo(f"wrote {out} (samples: {out}.samples.jsonl)")
