@@ -1,0 +1,127 @@
+"""commsim live: real data-parallel training, measured the way predict predicts it."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commsim.cli import options as o
+
+STRATEGY_NAMES = ("single", "ps", "ring", "ddp")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Train VGG-11 (or --model) data-parallel for real and measure time per "
+                     "iteration, compute vs sync, bytes per rank, loss and test accuracy.")(live)
+
+
+def live(
+    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
+    nodes: int = typer.Option(1, "--nodes", min=1, help="Ranks (one per emulated node)."),
+    emulate: Optional[str] = typer.Option(None, "--emulate", help="Run each rank in a node of an "
+                                          "emulated cluster with links of this rate (1gbit, "
+                                          "100mbit); needs root.  The cluster is left up."),
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    iterations: int = typer.Option(20, "--iterations", min=1,
+                                   help="Timed iterations (one more runs first, discarded)."),
+    bucket_mb: float = o.BucketOpt,
+    data: Optional[Path] = typer.Option(None, "--data", help="CIFAR-10 binary directory "
+                                        "(default: synthetic images; no test evaluation)."),
+    test_samples: Optional[int] = typer.Option(None, "--test-samples", min=1,
+                                               help="Evaluate on the first N test images only."),
+    model: str = typer.Option("commsim.calibrate.models:vgg11_cifar", "--model",
+                              help="Model factory module:function."),
+    no_running_stats: bool = typer.Option(False, "--no-running-stats", help="BatchNorm keeps "
+                                          "no running statistics (as the seed report did)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Torch threads per "
+                                          "rank (default: cores // ranks)."),
+    seed: int = typer.Option(0, "--seed"),
+    timeout: float = typer.Option(900.0, "--timeout", min=1, help="Seconds for the whole run."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Also write the JSON "
+                                       "here."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
+) -> None:
+    from commsim.calibrate import live as lv
+    from commsim.errors import UserError
+    from commsim.profile import atomic_write_text
+
+    if strategy not in STRATEGY_NAMES:
+        raise UserError(f"--strategy must be one of {', '.join(STRATEGY_NAMES)}, got "
+                        f"{strategy!r}")
+    if global_batch is not None and batch_per_rank is not None:
+        raise UserError("give --global-batch or --batch-per-rank, not both")
+    if not bucket_mb > 0 or bucket_mb == float("inf"):
+        raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
+    if data is not None and not data.is_dir():
+        raise UserError(f"--data {data} is not a directory")
+    if out is not None and out.exists() and not force:
+        raise UserError(f"--out {out} exists; add --force to overwrite it")
+    cfg = lv.LiveConfig(strategy=strategy, global_batch=global_batch or 256,
+                        batch_per_rank=batch_per_rank, iterations=iterations,
+                        bucket_mb=bucket_mb, data_dir=None if data is None else str(data),
+                        test_samples=test_samples, model=model,
+                        track_running_stats=not no_running_stats, seed=seed,
+                        threads_per_rank=threads or 0)
+    result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout)
+    if result is None:  # a torchrun rank other than 0: rank 0 reports
+        return
+    text = o.dumps(result)
+    if out is not None:
+        atomic_write_text(out, text + "\n", force=force)
+    typer.echo(text if json_out else render(result))
+
+
+def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float):
+    """Join torchrun when RANK/WORLD_SIZE are set, else launch (locally or emulated)."""
+    import os
+
+    from commsim.errors import UserError
+
+    if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        if emulate is not None:
+            raise UserError("--emulate cannot be used under torchrun (torchrun placed the ranks)")
+        return lv.run_live_torchrun(cfg)
+    cluster_info = None
+    if emulate is not None:
+        from commsim.calibrate import cluster
+        from commsim.units import parse_rate_Bps
+
+        cluster_info = cluster.up(nodes, parse_rate_Bps(emulate))
+    return lv.run_live(cfg, nodes=nodes, emulate=cluster_info, timeout_s=timeout_s)
+
+
+def render(r: dict) -> str:
+    """Human summary: one table row per rank plus the aggregate, then loss and notes."""
+    from commsim.units import fmt_bytes, fmt_time
+
+    def b(v):
+        return "n/a" if v is None else fmt_bytes(v)
+
+    head = (f"commsim live: {r['strategy']} on {r['nodes']} rank(s), global batch "
+            f"{r['global_batch']} ({r['batch_per_rank']}/rank), {r['iterations']} timed "
+            f"iterations (first discarded), {r['threads_per_rank']} thread(s)/rank")
+    rows = [("rank", "iteration", "mean", "spread", "compute", "comm", "exposed", "sent/it",
+             "recv/it")]
+    for p in r["per_rank"] + [dict(r, rank="all")]:
+        rows.append((str(p["rank"]), fmt_time(p["iteration_s"]), fmt_time(p["iteration_s_mean"]),
+                     fmt_time(p["iteration_s_spread"]), fmt_time(p["compute_s"]),
+                     fmt_time(p["comm_s"]), fmt_time(p["exposed_comm_s"]),
+                     b(p["bytes_sent_per_rank"]), b(p["bytes_received_per_rank"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [head, ""]
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                        enumerate(zip(row, widths))) for row in rows]
+    losses = [x for x in r["loss"] if x is not None]
+    lines.append("")
+    if losses:
+        lines.append(f"training loss: first {losses[0]:.4f}, last {losses[-1]:.4f}")
+    if r.get("test_loss") is not None:
+        lines.append(f"test loss {r['test_loss']:.4f}, accuracy {r['test_accuracy']:.2%}")
+    for note in ("compute_note", "bytes_note"):
+        if r.get(note):
+            lines.append(f"note: {r[note]}")
+    lines.append("'all' row: the slowest rank's figure (a synchronous step waits for it).")
+    return "\n".join(lines)
