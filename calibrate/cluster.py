@@ -54,9 +54,6 @@ MIN_BURST_FRAMES = 2
 BURST_TIME_S = 100e-6
 QUEUE_TIME_S = 5e-3
 QUEUE_MIN_BYTES = 64 * 1024
-# Congestion control inside the namespaces; None keeps the host's default, which new
-# namespaces inherit (others must be in the host's tcp_allowed_congestion_control).
-TCP_CONGESTION: str | None = os.environ.get("COMMSIM_TCP_CC") or None
 COMMAND_TIMEOUT_S = 20.0
 _PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,9}")
 
@@ -132,9 +129,15 @@ def shaping(bandwidth_Bps: float) -> tuple[int, int]:
     return int(burst), int(limit)
 
 
-def plan(nodes: int, bandwidth_Bps: float, prefix: str = "csim") -> ClusterInfo:
-    """The ClusterInfo that ``up`` would build; validates the arguments."""
+def plan(nodes: int, bandwidth_Bps: float, prefix: str = "csim",
+         tcp_congestion: str | None = None) -> ClusterInfo:
+    """The ClusterInfo that ``up`` would build; validates the arguments.
+
+    ``tcp_congestion`` None keeps the host's default, which new namespaces inherit; another one
+    must be in the host's net.ipv4.tcp_allowed_congestion_control (reno always is)."""
     _check_prefix(prefix)
+    if tcp_congestion is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", tcp_congestion):
+        raise UserError(f"--tcp-congestion {tcp_congestion!r} is not a congestion control name")
     if not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
         raise UserError(f"--nodes {nodes} must be an integer in 1..{MAX_NODES}")
     if not (bandwidth_Bps > 0 and bandwidth_Bps < float("inf")):
@@ -146,14 +149,18 @@ def plan(nodes: int, bandwidth_Bps: float, prefix: str = "csim") -> ClusterInfo:
     return ClusterInfo(nodes=nodes, bandwidth_Bps=float(bandwidth_Bps), prefix=prefix,
                        addresses=tuple(address(i) for i in range(nodes)), burst_bytes=burst,
                        limit_bytes=limit, bridge_namespace=bridge_namespace(prefix),
-                       tcp_congestion=TCP_CONGESTION or _host_tcp_congestion())
+                       tcp_congestion=tcp_congestion or _host_tcp_congestion())
+
+
+def _read_proc(key: str) -> str:
+    try:
+        return Path("/proc/sys", key).read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 def _host_tcp_congestion() -> str:
-    try:
-        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-    except OSError:
-        return "unknown"
+    return _read_proc("net/ipv4/tcp_congestion_control")
 
 
 def _state_path(prefix: str) -> Path:
@@ -244,10 +251,11 @@ def _build(info: ClusterInfo) -> None:
                        f"addr add {info.addresses[i]}/{PREFIX_LEN} dev {info.interface}",
                        f"link set {info.interface} up"], what=f"configuring node {i}")
         if info.tcp_congestion != _host_tcp_congestion():
-            # Only congestion controls in the host's tcp_allowed_congestion_control can be set.
+            # Only those in the host's tcp_allowed_congestion_control may be set in a netns.
             _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                   f"net.ipv4.tcp_congestion_control={info.tcp_congestion}"],
-                 what=f"setting TCP congestion control in {ns}")
+                 what=f"setting TCP congestion control {info.tcp_congestion!r} in {ns} (allowed: "
+                      f"{_read_proc('net/ipv4/tcp_allowed_congestion_control')})")
         _run(["tc", "-n", ns, "qdisc", "replace", "dev", info.interface, "root", *tbf.split()],
              what=f"shaping node {i} egress ({ns} {info.interface})")
         _run(["tc", "-n", br, "qdisc", "replace", "dev", _port(i), "root", *tbf.split()],
@@ -278,9 +286,12 @@ def status(prefix: str = "csim") -> ClusterInfo | None:
     return info if _healthy(info) else None
 
 
-def up(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim") -> ClusterInfo:
-    """Build (or keep) an emulated cluster of ``nodes`` nodes, each link shaped to the rate."""
-    want = plan(nodes, bandwidth_Bps, prefix)
+def up(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim",
+       tcp_congestion: str | None = None) -> ClusterInfo:
+    """Build (or keep) an emulated cluster of ``nodes`` nodes, each link shaped to the rate.
+
+    ``tcp_congestion``: see ``plan``; by default the host's (inherited by the namespaces)."""
+    want = plan(nodes, bandwidth_Bps, prefix, tcp_congestion)
     check_prereqs()
     if status(prefix) == want:
         # Same spec already up: only undo a fault injection that was left behind.

@@ -25,6 +25,9 @@ def up(
     nodes: int = typer.Option(..., "--nodes", min=1, max=250, help="Number of nodes."),
     bandwidth: str = typer.Option(..., "--bandwidth", help="Rate of each direction of every "
                                   "node's link, tc spelling: 1gbit, 100mbit, 125MBps."),
+    tcp_congestion: str = typer.Option(None, "--tcp-congestion", help="TCP congestion control "
+                                       "inside the nodes (default: the host's; reno is always "
+                                       "allowed)."),
     prefix: str = PrefixOpt,
 ) -> None:
     from commsim.calibrate import cluster
@@ -37,7 +40,7 @@ def up(
         raise UserError(f"--bandwidth: {exc}") from None
     cluster.check_prereqs()
     before = cluster.status(prefix)
-    info = cluster.up(nodes, rate, prefix=prefix)
+    info = cluster.up(nodes, rate, prefix=prefix, tcp_congestion=tcp_congestion)
     verb = "already up" if before == info else "up"
     typer.echo(f"emulated cluster '{prefix}' {verb}")
     typer.echo(_table(info, cluster.link_states(prefix)))
