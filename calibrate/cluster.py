@@ -27,6 +27,8 @@ little before dropping, like a shallow-buffered switch port.  Measured figures: 
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -169,10 +171,12 @@ def _state_path(prefix: str) -> Path:
 
 # --------------------------------------------------------------------------- running commands
 
-def _run(argv: list[str], *, what: str, check: bool = True) -> subprocess.CompletedProcess:
+def _run(argv: list[str], *, what: str, check: bool = True,
+         stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run an iproute2 command; a failure becomes a one-line UserError naming ``what``."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                              input=stdin)
     except FileNotFoundError:
         raise UserError(f"{argv[0]} not found; install iproute2") from None
     except subprocess.TimeoutExpired:
@@ -186,16 +190,8 @@ def _run(argv: list[str], *, what: str, check: bool = True) -> subprocess.Comple
 
 def _ip_batch(ns: str, commands: list[str], *, what: str) -> None:
     """Run many ``ip`` commands in one process inside ``ns`` (one fork instead of dozens)."""
-    if not commands:
-        return
-    try:
-        proc = subprocess.run(["ip", "-n", ns, "-batch", "-"], input="\n".join(commands) + "\n",
-                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
-    except FileNotFoundError:
-        raise UserError("ip not found; install iproute2") from None
-    if proc.returncode != 0:
-        err = " ".join((proc.stderr or proc.stdout).split())
-        raise UserError(f"{what} in namespace {ns} failed: {err}")
+    _run(["ip", "-n", ns, "-batch", "-"], what=f"{what} in namespace {ns}",
+         stdin="\n".join(commands) + "\n")
 
 
 def check_prereqs() -> None:
@@ -219,8 +215,12 @@ def _existing_namespaces(prefix: str) -> list[str]:
     """Every namespace that belongs to the cluster ``prefix`` (nodes and bridge)."""
     pattern = re.compile(rf"{re.escape(_check_prefix(prefix))}-(n\d+|br)")
     names = [p.name for p in NETNS_DIR.iterdir()] if NETNS_DIR.is_dir() else []
-    # Sorted so that teardown is deterministic: bridge last (nodes' peers die with their node).
-    return sorted((n for n in names if pattern.fullmatch(n)), key=lambda n: (n.endswith("-br"), n))
+    return _ns_order(n for n in names if pattern.fullmatch(n))
+
+
+def _ns_order(names) -> list[str]:
+    # Deterministic order for comparison and teardown: nodes first, the bridge last.
+    return sorted(names, key=lambda n: (n.endswith("-br"), n))
 
 
 # --------------------------------------------------------------------------- building
@@ -264,16 +264,29 @@ def _build(info: ClusterInfo) -> None:
 
 def _healthy(info: ClusterInfo) -> bool:
     """True when every namespace, port and qdisc of ``info`` is there (and nothing extra is)."""
-    expected = sorted([*info.namespaces, info.bridge_namespace],
-                      key=lambda n: (n.endswith("-br"), n))
-    if _existing_namespaces(info.prefix) != expected:
+    if _existing_namespaces(info.prefix) != _ns_order([*info.namespaces, info.bridge_namespace]):
         return False
-    proc = _run(["tc", "-n", info.bridge_namespace, "-j", "qdisc", "show"],
-                what="reading the switch qdiscs", check=False)
-    if proc.returncode != 0:
-        return False
-    shaped = {q.get("dev") for q in json.loads(proc.stdout or "[]") if q.get("kind") == info.qdisc}
-    return shaped >= {_port(i) for i in range(info.nodes)}
+    wanted = [(info.bridge_namespace, {_port(i) for i in range(info.nodes)})]
+    wanted += [(ns, {info.interface}) for ns in info.namespaces]
+    for ns, devices in wanted:
+        proc = _run(["tc", "-n", ns, "-j", "qdisc", "show"], what=f"reading qdiscs of {ns}",
+                    check=False)
+        if proc.returncode != 0:
+            return False
+        shaped = {q.get("dev") for q in json.loads(proc.stdout or "[]")
+                  if q.get("kind") == info.qdisc}
+        if not shaped >= devices:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _locked(prefix: str):
+    """Serialise up/down of one cluster between processes (two launchers starting at once)."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_DIR / f"{_check_prefix(prefix)}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def status(prefix: str = "csim") -> ClusterInfo | None:
@@ -293,21 +306,22 @@ def up(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim",
     ``tcp_congestion``: see ``plan``; by default the host's (inherited by the namespaces)."""
     want = plan(nodes, bandwidth_Bps, prefix, tcp_congestion)
     check_prereqs()
-    if status(prefix) == want:
-        # Same spec already up: only undo a fault injection that was left behind.
-        for i in range(nodes):
-            set_link(i, True, prefix)
-        return want
-    down(prefix)
-    try:
-        _build(want)
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = _state_path(prefix).with_suffix(".tmp")
-        tmp.write_text(want.to_json())
-        os.replace(tmp, _state_path(prefix))
-    except BaseException:
-        down(prefix)
-        raise
+    with _locked(prefix):
+        if status(prefix) == want:
+            # Same spec already up: only undo a fault injection that was left behind.
+            for node, is_up in link_states(prefix).items():
+                if not is_up:
+                    set_link(node, True, prefix)
+            return want
+        _down_unlocked(prefix)
+        try:
+            _build(want)
+            tmp = _state_path(prefix).with_suffix(".tmp")
+            tmp.write_text(want.to_json())
+            os.replace(tmp, _state_path(prefix))
+        except BaseException:
+            _down_unlocked(prefix)
+            raise
     return want
 
 
@@ -315,6 +329,14 @@ def down(prefix: str = "csim") -> int:
     """Remove every namespace of cluster ``prefix`` (also a half-built one) and its state file.
 
     Returns the number of namespaces removed; never fails when nothing exists."""
+    _check_prefix(prefix)
+    if not NETNS_DIR.is_dir() and not _state_path(prefix).exists():
+        return 0  # nothing was ever built: do not even create the lock file
+    with _locked(prefix):
+        return _down_unlocked(prefix)
+
+
+def _down_unlocked(prefix: str) -> int:
     _state_path(prefix).unlink(missing_ok=True)
     names = _existing_namespaces(prefix)
     removed = 0
