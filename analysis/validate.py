@@ -1,0 +1,158 @@
+"""Prediction vs measurement: run live training and the simulator on the same grid, compare.
+
+Algorithm (``validate``):
+
+1. Take a profile (``--profile``) or calibrate once at the start (on the emulated cluster at the
+   first rate, or on local ranks over loopback).
+2. For every link rate, every strategy and every node count of the grid: run ``commsim live``
+   (real training, first iteration discarded, median over iterations of the slowest rank) and
+   ``commsim predict`` with the cluster the live run really had: all ranks share this machine's
+   cores (``shared_cpu_cores``), each with the threads the live run gave it, and the link at that
+   rate scaled by the efficiency the calibration measured (fitted bandwidth / shaped rate).
+3. Each cell gets predicted, measured median and spread, and the signed error
+   100·(predicted − measured)/measured.  The summary gives the median, 90th percentile and max of
+   the absolute errors; ``passed`` is median <= tolerance.
+
+The comparison functions are pure (they take numbers and return rows); only ``validate`` runs
+anything.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from commsim.api import Scenario, predict
+from commsim.profile import Profile
+
+
+@dataclass(frozen=True)
+class ValidationGrid:
+    """The cells to run: strategies x node counts (x link rates when emulated).
+
+    rates_Bps:  emulated link rates; empty = local ranks over loopback.
+    iterations: timed live iterations per cell (the first, discarded, comes on top).
+    """
+    strategies: tuple[str, ...] = ("ps", "ring", "ddp")
+    nodes: tuple[int, ...] = (2, 3, 4)
+    rates_Bps: tuple[float, ...] = ()
+    iterations: int = 10
+    global_batch: int = 256
+    batch_per_rank: int | None = None
+    bucket_mb: float = 25.0
+    model: str | None = None
+    data_dir: str | None = None
+    timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    rows: tuple[dict, ...]
+    summary: dict
+    profile_source: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"rows": list(self.rows), "summary": self.summary,
+                "profile": self.profile_source}
+
+
+def error_pct(predicted_s: float, measured_s: float) -> float:
+    """Signed error of a prediction, percent of the measurement (positive: predicted slower)."""
+    if not measured_s > 0:
+        return math.nan
+    return 100.0 * (predicted_s - measured_s) / measured_s
+
+
+def compare(predicted: dict, measured: dict, *, rate_Bps: float | None = None) -> dict:
+    """One row of the validation table from a ``predict --json`` and a ``live --json`` record."""
+    row = {
+        "strategy": measured["strategy"],
+        "nodes": measured["nodes"],
+        "rate_Bps": rate_Bps,
+        "batch_per_rank": measured.get("batch_per_rank"),
+        "predicted_s": predicted["iteration_s"],
+        "measured_s": measured["iteration_s"],
+        "measured_spread_s": measured.get("iteration_s_spread"),
+        "error_pct": error_pct(predicted["iteration_s"], measured["iteration_s"]),
+    }
+    for key in ("compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank"):
+        row[f"predicted_{key}"] = predicted.get(key)
+        row[f"measured_{key}"] = measured.get(key)
+    return row
+
+
+def summarize(rows: Sequence[dict], tolerance_pct: float) -> dict:
+    errors = sorted(abs(r["error_pct"]) for r in rows if math.isfinite(r["error_pct"]))
+    if not errors:
+        return {"cells": len(rows), "median_abs_error_pct": math.nan,
+                "p90_abs_error_pct": math.nan, "max_abs_error_pct": math.nan,
+                "tolerance_pct": tolerance_pct, "passed": False}
+    p90 = errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]
+    median = statistics.median(errors)
+    return {"cells": len(rows), "median_abs_error_pct": median, "p90_abs_error_pct": p90,
+            "max_abs_error_pct": errors[-1], "tolerance_pct": tolerance_pct,
+            "passed": median <= tolerance_pct}
+
+
+def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: float | None,
+                  threads_per_rank: int, cores: float) -> Scenario:
+    """The cluster a live run on this machine really is: every rank shares ``cores``."""
+    bandwidth = None
+    calibrated_rate = profile.metadata.get("emulated_rate_Bps")
+    if rate_Bps is not None:
+        # Carry the calibrated efficiency (Gloo over tbf reaches ~96% of the shaped rate).
+        efficiency = (profile.network.bandwidth_Bps / calibrated_rate) if calibrated_rate else 1.0
+        bandwidth = rate_Bps * min(1.0, efficiency)
+    del threads_per_rank  # the profile's compute was measured with the same per-rank threads
+    return Scenario(global_batch=None if grid.batch_per_rank else grid.global_batch,
+                    batch_per_rank=grid.batch_per_rank,
+                    bucket_bytes=max(1, round(grid.bucket_mb * 1024 * 1024)),
+                    bandwidth_Bps=bandwidth, shared_cpu_cores=cores)
+
+
+def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 10.0,
+             run_live: Callable[..., dict] | None = None,
+             cluster_for_rate: Callable[[float, int], Any] | None = None,
+             progress: Callable[[str], None] = lambda _msg: None) -> ValidationReport:
+    """Run every cell of ``grid`` live and predicted; see the module docstring."""
+    if run_live is None:
+        from commsim.calibrate.live import LiveConfig, run_live as _run
+
+        def run_live(strategy, nodes, emulate):
+            kw = {"strategy": strategy, "global_batch": grid.global_batch,
+                  "batch_per_rank": grid.batch_per_rank, "iterations": grid.iterations,
+                  "bucket_mb": grid.bucket_mb, "data_dir": grid.data_dir}
+            if grid.model:
+                kw["model"] = grid.model
+            return _run(LiveConfig(**kw), nodes=nodes, emulate=emulate,
+                        timeout_s=grid.timeout_s)
+    cores = float(os.cpu_count() or 1)
+    rows = []
+    for rate in (grid.rates_Bps or (None,)):
+        emulate = cluster_for_rate(rate, max(grid.nodes)) if rate is not None else None
+        for strategy in grid.strategies:
+            for nodes in grid.nodes:
+                progress(f"validate: {strategy} on {nodes} nodes"
+                         + (f" at {rate * 8 / 1e6:g} Mbit/s" if rate else ""))
+                measured = run_live(strategy, nodes, emulate)
+                sc = live_scenario(profile, grid, nodes, rate,
+                                   measured.get("threads_per_rank") or 1, cores)
+                predicted = predict(profile, strategy, nodes, sc).to_dict()
+                rows.append(compare(predicted, measured, rate_Bps=rate))
+    source = {k: profile.metadata.get(k) for k in ("source", "created", "command", "nodes",
+                                                     "emulated_rate_Bps")}
+    return ValidationReport(rows=tuple(rows), summary=summarize(rows, tolerance_pct),
+                            profile_source=source)
+
+
+def rows_table(rows: Iterable[dict]) -> list[dict]:
+    """Rows for the text table: what a reader needs, in order."""
+    out = []
+    for r in rows:
+        out.append({"strategy": r["strategy"], "nodes": r["nodes"],
+                    "rate": "loopback" if not r["rate_Bps"] else f"{r['rate_Bps'] * 8 / 1e6:g}mbit",
+                    "predicted_s": r["predicted_s"], "measured_s": r["measured_s"],
+                    "spread_s": r["measured_spread_s"], "error_pct": r["error_pct"]})
+    return out

@@ -1,0 +1,112 @@
+"""commsim validate: live runs against predictions over a grid, with the error."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commsim.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Run strategies x node counts (x link rates) live and predicted; report "
+                     "predicted vs measured iteration time and the error.  Exit 1 when the "
+                     "median absolute error exceeds --tolerance.")(validate)
+
+
+def validate(
+    strategies: str = typer.Option("ps,ring,ddp", "--strategies", help="Comma-separated."),
+    nodes: str = typer.Option("2,3,4", "--nodes", help="Node counts, e.g. 2,3,4."),
+    emulate: Optional[str] = typer.Option(None, "--emulate", help="Comma-separated link rates "
+                                          "of an emulated cluster, e.g. 100mbit,1gbit (root)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", dir_okay=False, help="Use this "
+                                           "profile instead of calibrating first."),
+    calibrate_nodes: Optional[int] = typer.Option(None, "--calibrate-nodes", min=2,
+                                                  help="Ranks to calibrate on (default: the "
+                                                       "largest of --nodes)."),
+    quick: bool = typer.Option(False, "--quick", help="Quick calibration sweep."),
+    iterations: int = typer.Option(10, "--iterations", min=1, help="Timed live iterations."),
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    bucket_mb: float = o.BucketOpt,
+    model: Optional[str] = typer.Option(None, "--model", help="nn.Module factory module:function "
+                                        "(default: the profile's model)."),
+    data: Optional[Path] = typer.Option(None, "--data", file_okay=False,
+                                        help="CIFAR-10 binary directory (default synthetic)."),
+    tolerance: float = typer.Option(10.0, "--tolerance", min=0.0,
+                                    help="Median absolute error allowed, percent."),
+    timeout: float = typer.Option(900.0, "--timeout", min=1.0, help="Seconds per live run."),
+    out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Write the JSON here."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    import tempfile
+
+    from commsim.analysis.validate import ValidationGrid, rows_table, validate as run
+    from commsim.errors import UserError
+    from commsim.profile import atomic_write_text, load
+    from commsim.strategies import get_strategy
+    from commsim.table import text_table
+    from commsim.units import parse_rate_Bps
+
+    names = tuple(s.strip() for s in strategies.split(",") if s.strip())
+    for name in names:
+        get_strategy(name)
+    if "single" in names:
+        raise UserError("--strategies: 'single' is the speedup reference, not a sync strategy "
+                        "to validate; choose from ps, ring, ddp")
+    node_list = tuple(o.parse_nodes(nodes))
+    if min(node_list) < 2:
+        raise UserError(f"--nodes {nodes!r}: validation needs at least 2 nodes per run")
+    rates = tuple(parse_rate_Bps(r) for r in emulate.split(",")) if emulate else ()
+    if out is not None and out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+                    bandwidth=None, latency=None, ranks_per_host=1, cores_per_host=None,
+                    shared_cpu_cores=None, straggler=None, slow_link=None, no_overlap=False)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if profile is not None:
+        prof = load(profile)
+    else:
+        from commsim.calibrate.runner import CalibrateOptions, run as calibrate
+        tmp = Path(tempfile.mkdtemp(prefix="commsim-validate-")) / "profile.json"
+        kw = {"model": model} if model else {}
+        say(f"validate: calibrating on {calibrate_nodes or max(node_list)} ranks")
+        prof = calibrate(CalibrateOptions(out=tmp, nodes=calibrate_nodes or max(node_list),
+                                          emulate_Bps=rates[0] if rates else None, quick=quick,
+                                          **kw), progress=sys.stderr)
+    factory = model or (prof.model_name if ":" in prof.model_name else None)
+    grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
+                          iterations=iterations, global_batch=sc.global_batch or 256,
+                          batch_per_rank=sc.batch_per_rank, bucket_mb=bucket_mb, model=factory,
+                          data_dir=str(data) if data else None, timeout_s=timeout)
+
+    def cluster_for_rate(rate, n):
+        from commsim.calibrate import cluster
+        return cluster.up(n, rate)
+
+    report = run(grid, prof, tolerance_pct=tolerance, cluster_for_rate=cluster_for_rate,
+                 progress=say)
+    if out is not None:
+        atomic_write_text(out, o.dumps(report.to_dict()) + "\n", force=force)
+    if json_out:
+        typer.echo(o.dumps(report.to_dict()))
+    else:
+        from commsim.units import fmt_time
+        typer.echo(text_table(rows_table(report.rows), columns=(
+            ("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
+            ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
+            ("spread", "spread_s", lambda v: "-" if v is None else fmt_time(v)),
+            ("error", "error_pct", lambda v: f"{v:+.1f}%"))))
+        s = report.summary
+        typer.echo(f"\n|error| median {s['median_abs_error_pct']:.1f}%, p90 "
+                   f"{s['p90_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% over "
+                   f"{s['cells']} cells (tolerance {tolerance:g}%): "
+                   f"{'PASS' if s['passed'] else 'FAIL'}")
+    if not report.summary["passed"]:
+        raise typer.Exit(1)
