@@ -228,3 +228,17 @@ def test_rebuild_and_down_clean_up_everything():
     assert cluster.status(prefix) is None
     assert not [p for p in Path("/run/netns").iterdir() if p.name.startswith(prefix + "-")]
     assert _host_links() == host_before
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not _can_build(), reason="needs root and iproute2")
+def test_concurrent_up_builds_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    prefix = "csimtest3"
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            infos = list(pool.map(lambda _: cluster.up(2, RATE_Bps, prefix=prefix), range(3)))
+        assert infos[0] == infos[1] == infos[2] == cluster.status(prefix)
+    finally:
+        assert cluster.down(prefix) == 3
