@@ -161,3 +161,85 @@ def test_killed_rank_fails_the_run():
                           exit_rank=1, exit_iteration=2)
     with pytest.raises(RunFailed, match="rank 1"):
         live.run_live(cfg, nodes=2, timeout_s=60, progress=io.StringIO())
+
+
+def _fake_cifar(root, per_file: int = 8, test: int = 11):
+    """A CIFAR-10 binary directory with a few random records per file."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    for name in names:
+        n = test if name.startswith("test") else per_file
+        records = rng.integers(0, 256, size=(n, 3073), dtype=np.uint8)
+        records[:, 0] = rng.integers(0, 10, size=n)
+        (root / name).write_bytes(records.tobytes())
+    return root
+
+
+def test_cli_live_json_uses_predict_field_names_and_refuses_to_overwrite(tmp_path, capsys):
+    import json
+
+    from commsim.cli import main
+
+    out = tmp_path / "live.json"
+    argv = ["live", "--strategy", "ring", "--nodes", "2", "--model",
+            "commsim.calibrate.live:small_cnn", "--iterations", "2", "--global-batch", "8",
+            "--data", str(_fake_cifar(tmp_path)), "--json", "--out", str(out)]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads(out.read_text()) == printed
+    for key in ("strategy", "nodes", "global_batch", "batch_per_rank", "iteration_s",
+                "compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank",
+                "bytes_received_per_rank"):
+        assert key in printed
+    assert printed["strategy"] == "ring" and printed["nodes"] == 2
+    assert printed["batch_per_rank"] == 4 and len(printed["per_rank"]) == 2
+    # 11 test images split 6/5 over the ranks and summed: one figure, the same on every rank.
+    assert printed["test_loss"] > 0 and 0 <= printed["test_accuracy"] <= 1
+    assert round(printed["test_accuracy"] * 11, 6) == int(round(printed["test_accuracy"] * 11))
+    assert {r["test_loss"] for r in printed["per_rank"]} == {printed["test_loss"]}
+    assert main(argv) == 2  # --out exists, no --force
+    assert "--force" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--strategy", "star", "--nodes", "2"], "--strategy"),
+    (["--strategy", "single", "--nodes", "2"], "--nodes"),
+    (["--strategy", "ring", "--nodes", "2", "--global-batch", "8", "--batch-per-rank", "4"],
+     "--batch-per-rank"),
+    (["--strategy", "ring", "--nodes", "2", "--data", "/nonexistent/cifar"], "--data"),
+])
+def test_cli_live_user_errors_exit_2_with_one_line(argv, field, capsys):
+    from commsim.cli import main
+
+    assert main(["live", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert field in err and "\n" not in err
+
+
+def _root_with_iproute2() -> bool:
+    import os
+    import shutil
+
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not _root_with_iproute2(), reason="needs root, ip and tc")
+def test_emulated_run_counts_the_bytes_each_rank_puts_on_its_link():
+    from commsim.calibrate import cluster
+
+    info = cluster.up(2, 125e6, prefix="livetest")  # own prefix: never touch others' cluster
+    try:
+        cfg = live.LiveConfig(**{**TINY, "return_params": False}, strategy="ring",
+                              model="commsim.calibrate.live:small_mlp", global_batch=8)
+        r = live.run_live(cfg, nodes=2, emulate=info, timeout_s=120, progress=io.StringIO())
+    finally:
+        cluster.down("livetest")
+    torch.manual_seed(0)
+    model_bytes = sum(p.numel() * 4 for p in live.small_mlp().parameters())
+    # A 2-rank all-reduce moves 2(p-1)/p = 1 model's worth each way, plus TCP/IP headers.
+    for rank in r["per_rank"]:
+        for key in ("bytes_sent_per_rank", "bytes_received_per_rank"):
+            assert model_bytes <= rank[key] <= 1.5 * model_bytes, (key, rank[key], model_bytes)
