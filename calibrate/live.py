@@ -393,6 +393,8 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         from torch.nn.parallel import DistributedDataParallel
 
         net = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_mb)
+        # "In flight" = from the hook handing the bucket to Gloo to its completion, including
+        # time queued behind earlier buckets in Gloo's work threads.
         timer = BucketTimer(world_size)
         net.register_comm_hook(timer, timed_allreduce_hook)
     optimizer = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM,
@@ -477,7 +479,8 @@ def aggregate(per_rank: list[dict], cfg: LiveConfig) -> dict:
     Times and bytes are the maximum over ranks (a synchronous step waits for the slowest rank,
     and in ``ps`` rank 0 carries the most bytes); ``rank_mean``/``rank_max`` give both.
     ``loss`` is the per-iteration mean of the ranks' local losses (equal shard sizes, so it is
-    the global-batch loss).
+    the global-batch loss); it has ``iterations + 1`` entries, the first from the discarded
+    warm-up step.
     """
     per_rank = sorted(per_rank, key=lambda r: r["rank"])
     nodes = len(per_rank)
