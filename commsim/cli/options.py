@@ -36,8 +36,9 @@ SlowLinkOpt = typer.Option(None, "--slow-link", help="HOST:RATE, that host's NIC
                            "(repeatable).")
 NoOverlapOpt = typer.Option(False, "--no-overlap", help="DDP what-if: launch every bucket after "
                             "backward instead of overlapping.")
-EngineOpt = typer.Option("des", "--engine", help="des (discrete-event) or analytic "
-                         "(closed forms, homogeneous clusters only).")
+EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des), "
+                         "fast (the DES's answers in seconds at any scale), des (discrete-event, "
+                         "every message) or analytic (closed forms, homogeneous clusters only).")
 
 
 def load_profile(path: Optional[Path]) -> Profile:
