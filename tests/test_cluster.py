@@ -51,7 +51,11 @@ def test_bad_arguments_are_user_errors(call):
 
 @pytest.mark.parametrize("rate_Bps", [1e6 / 8, 100e6 / 8, 1e9 / 8, 10e9 / 8])
 def test_shaping_burst_is_small_and_queue_holds_it(rate_Bps):
-    burst, limit = cluster.shaping(rate_Bps)
+    burst, limit, gso = cluster.shaping(rate_Bps)
+    if burst >= 3 * cluster.FRAME_BYTES:  # a GSO packet fits the bucket whole
+        assert 2 * cluster.FRAME_BYTES <= gso < burst
+    else:
+        assert gso == cluster.GSO_DEFAULT_BYTES
     assert burst >= 2 * cluster.FRAME_BYTES  # a full frame must always fit
     # Short messages get at most max(2 frames, BURST_TIME_S) of free line time.
     assert burst / rate_Bps <= max(2 * cluster.FRAME_BYTES / rate_Bps, cluster.BURST_TIME_S) + 1e-9
@@ -170,6 +174,9 @@ class TestRealCluster:
             out = subprocess.run(["tc", "-n", ns, "-j", "qdisc", "show", "dev", dev],
                                  capture_output=True, text=True, check=True)
             assert [q["kind"] for q in json.loads(out.stdout)] == ["tbf"]
+            link = subprocess.run(["ip", "-n", ns, "-d", "-j", "link", "show", "dev", dev],
+                                  capture_output=True, text=True, check=True)
+            assert json.loads(link.stdout)[0]["gso_max_size"] == two_nodes.gso_max_bytes
 
     def test_tcp_connect_between_nodes(self):
         assert _tcp_connect(0, 1) == cluster.address(0)
