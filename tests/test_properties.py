@@ -53,7 +53,8 @@ def test_ps_comm_grows_at_least_linearly(profile, nodes):
     a = predict(profile, "ps", nodes, sc)
     b = predict(profile, "ps", nodes + 1, sc)
     step = 2 * profile.model_bytes / profile.network.bandwidth_Bps
-    assert b.comm_s - a.comm_s >= step * (1 - 1e-9)
+    # comm_s is a difference of absolute event times (~0.3 s here): allow their float residue.
+    assert b.comm_s - a.comm_s >= step * (1 - 1e-9) - 1e-12
 
 
 @SETTINGS
