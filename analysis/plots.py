@@ -337,8 +337,7 @@ def fits_figure(views, rows: Sequence[dict]) -> Figure:
         if v.line:
             ax.plot([n for n, _ in v.line], [t for _, t in v.line], color="#d62728",
                     label="fit", lw=1.5)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_axes(ax)
         ax.set_xlabel("message size per rank (bytes)", fontsize=8)
         ax.set_ylabel("time per call (s)", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -354,6 +353,27 @@ def fits_figure(views, rows: Sequence[dict]) -> Figure:
                     fontsize=7, color="#a50f15")
         ax.legend(fontsize=7, loc="lower right" if pts else "center right")
     return fig
+
+
+def _si_bytes(n: float, _pos=None) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n:g} B"
+
+
+def _log_axes(ax) -> None:
+    """Log-log with plain-text decade labels and no minor ticks (the default mathtext labels
+    and minor ticks cost seconds per page to lay out)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=8))
+    ax.xaxis.set_major_formatter(FuncFormatter(_si_bytes))
+    ax.yaxis.set_major_locator(LogLocator(base=10, numticks=8))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda t, _pos: fmt_time(t)))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_locator(NullLocator())   # hundreds of minor tick objects: slow
 
 
 FIT_COLUMNS: tuple[Column, ...] = (

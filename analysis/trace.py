@@ -87,6 +87,9 @@ def chrome_trace(result: Result) -> dict:
             args["rank"] = iv.owner
         events.append({"ph": "X", "pid": pid, "tid": tids[key], "name": iv.name, "cat": cat,
                        "ts": ts, "dur": round(end - ts, 3), "args": args})
+    for host in range(hosts):
+        for track in NIC_TRACKS:   # every counter starts at zero with the iteration
+            flight[(host, track)].insert(0, (0.0, 0.0))
     for (pid, track), changes in sorted(flight.items()):
         level = 0.0
         for t, delta in sorted(changes, key=lambda c: (c[0], c[1])):

@@ -1,0 +1,90 @@
+"""commsim report: the multi-page PDF (plus CSV/JSON tables) from a profile and a validation."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from commsim.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Write a PDF report: scaling, speedup table, compute vs communication, "
+                     "bandwidth, timelines, calibration fits, compute vs batch and (with "
+                     "--validation) predicted vs measured; --csv-dir/--json-dir add every "
+                     "table.")(report)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    from commsim.errors import UserError
+    try:
+        values = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
+    except ValueError:
+        raise UserError(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise UserError(f"{option} must list integers >= 1, got {text!r}")
+    return values
+
+
+def report(
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="PDF file to write."),
+    profile: Optional[Path] = o.ProfileOpt,
+    validation: Optional[Path] = typer.Option(None, "--validation", dir_okay=False,
+                                              help="Validation result JSON (commsim validate) "
+                                                   "for the predicted-vs-measured pages."),
+    nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
+                              help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),
+    strategies: str = typer.Option("single,ps,ring,ddp", "--strategies",
+                                   help="Comma-separated strategies."),
+    batch_sizes: str = typer.Option("16,64,128", "--batch-sizes",
+                                    help="Samples per rank for the compute/communication and "
+                                         "bandwidth pages."),
+    global_batch: int = typer.Option(256, "--global-batch", min=1,
+                                     help="Strong scaling: samples per iteration over all ranks."),
+    weak_batch: int = typer.Option(64, "--weak-batch", min=1,
+                                   help="Weak scaling: samples per rank per iteration."),
+    timeline_nodes: Optional[int] = typer.Option(None, "--timeline-nodes", min=1,
+                                                 help="Nodes of the timeline and per-rank "
+                                                      "pages (default 4 if listed, else the "
+                                                      "largest)."),
+    bucket_mb: float = o.BucketOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    ranks_per_host: int = o.RanksPerHostOpt,
+    cores_per_host: Optional[float] = o.CoresOpt,
+    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
+    csv_dir: Optional[Path] = typer.Option(None, "--csv-dir", file_okay=False,
+                                           help="Also write every table as CSV here."),
+    json_dir: Optional[Path] = typer.Option(None, "--json-dir", file_okay=False,
+                                            help="Also write every table as JSON here."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
+) -> None:
+    import time
+
+    from commsim.analysis.compare import load_validation
+    from commsim.analysis.report import ReportOptions, build_report, write_report
+    from commsim.errors import UserError
+    from commsim.strategies import get_strategy
+
+    t0 = time.perf_counter()
+    names = tuple(s.strip() for s in strategies.split(",") if s.strip())
+    if not names:
+        raise UserError("--strategies is empty")
+    for name in names:
+        get_strategy(name)
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=None, bucket_mb=bucket_mb,
+                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
+                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
+                    straggler=None, slow_link=None, no_overlap=False)
+    opts = ReportOptions(nodes=tuple(o.parse_nodes(nodes)), strategies=names,
+                         batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+                         global_batch=global_batch, weak_batch=weak_batch,
+                         timeline_nodes=timeline_nodes, scenario=sc,
+                         validation_name=None if validation is None else validation.name)
+    rows = None if validation is None else load_validation(validation)
+    prof = o.load_profile(profile)
+    data = build_report(prof, opts, rows)
+    paths = write_report(data, out, csv_dir=csv_dir, json_dir=json_dir, force=force)
+    extra = f" and {len(paths) - 1} table files" if len(paths) > 1 else ""
+    typer.echo(f"wrote {out}{extra} in {time.perf_counter() - t0:.1f} s")

@@ -1,0 +1,51 @@
+"""commsim trace: one simulated iteration as a Chrome trace (open it in Perfetto)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from commsim.cli import options as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command(help="Write one simulated iteration as a Chrome trace JSON: a track per rank's "
+                     "compute and communication and per NIC direction, with bytes in flight; "
+                     "open it in ui.perfetto.dev or chrome://tracing.")(trace)
+
+
+def trace(
+    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
+    nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="Trace file to write (JSON)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    profile: Optional[Path] = o.ProfileOpt,
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    bucket_mb: float = o.BucketOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    ranks_per_host: int = o.RanksPerHostOpt,
+    cores_per_host: Optional[float] = o.CoresOpt,
+    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
+    straggler: Optional[List[str]] = o.StragglerOpt,
+    slow_link: Optional[List[str]] = o.SlowLinkOpt,
+    no_overlap: bool = o.NoOverlapOpt,
+) -> None:
+    from commsim.analysis.trace import trace_json
+    from commsim.api import predict
+    from commsim.profile import atomic_write_text
+    from commsim.units import fmt_time
+
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
+    prof = o.load_profile(profile)
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
+                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
+                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
+                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap)
+    result = predict(prof, strategy, nodes, sc, timeline=True)
+    atomic_write_text(out, trace_json(result), force=force)
+    typer.echo(f"wrote {out}: {result.strategy} on {result.nodes} node(s), one iteration of "
+               f"{fmt_time(result.iteration_s)}; open it in https://ui.perfetto.dev")
