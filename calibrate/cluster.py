@@ -339,6 +339,21 @@ def up(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim",
     return want
 
 
+def ensure(nodes: int, bandwidth_Bps: float, *, prefix: str = "csim") -> ClusterInfo:
+    """The cluster ``prefix`` if it is up with at least ``nodes`` nodes at this rate, else ``up``.
+
+    Runs use nodes 0..nodes-1 of a bigger cluster as they are, so a run on 2 nodes does not
+    tear down (and rebuild smaller) a 4-node cluster that a user has up."""
+    info = status(prefix)
+    if info is not None and info.nodes >= nodes and \
+            abs(info.bandwidth_Bps - bandwidth_Bps) <= 1e-6 * bandwidth_Bps:
+        for node, is_up in link_states(prefix).items():
+            if not is_up:  # a fault injection left behind
+                set_link(node, True, prefix)
+        return info
+    return up(nodes, bandwidth_Bps, prefix=prefix)
+
+
 def down(prefix: str = "csim") -> int:
     """Remove every namespace of cluster ``prefix`` (also a half-built one) and its state file.
 

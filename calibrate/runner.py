@@ -64,6 +64,8 @@ class CalibrateOptions:
     timeout_s: float = 900.0
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
     threads_per_rank: int | None = None
+    # Which emulated cluster --emulate uses (tests use their own, never a user's "csim").
+    cluster_prefix: str = "csim"
     command: str = field(default_factory=lambda: shlex.join(["commsim", *sys.argv[1:]]))
 
     @property
@@ -344,13 +346,10 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
     if opts.emulate_Bps is not None:
         from commsim.calibrate import cluster
 
-        info = cluster.status()
-        if info is None or info.nodes < opts.nodes or \
-                abs(info.bandwidth_Bps - opts.emulate_Bps) > 1e-6 * opts.emulate_Bps:
-            if progress is not None:
-                print(f"[calibrate] bringing up an emulated cluster of {opts.nodes} nodes",
-                      file=progress, flush=True)
-            info = cluster.up(opts.nodes, opts.emulate_Bps)
+        if progress is not None and cluster.status(opts.cluster_prefix) is None:
+            print(f"[calibrate] bringing up an emulated cluster of {opts.nodes} nodes",
+                  file=progress, flush=True)
+        info = cluster.ensure(opts.nodes, opts.emulate_Bps, prefix=opts.cluster_prefix)
     ranks_per_host = env.local_world_size if env is not None else opts.nodes
     threads = opts.threads_per_rank or default_threads(ranks_per_host)
     config = {"model": opts.model, "input_shape": list(opts.input_shape),

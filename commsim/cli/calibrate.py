@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 from commsim.errors import UserError
 
 
@@ -44,6 +45,8 @@ def register(app: typer.Typer) -> None:
                                                   "16,32,...,512; --quick: 4,8)."),
         timeout: float = typer.Option(900.0, "--timeout", min=1.0,
                                       help="Seconds before the whole run is abandoned."),
+        collective_timeout: float = CollectiveTimeoutOpt,
+        cluster_prefix: str = ClusterPrefixOpt,
     ) -> None:
         """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
         profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
@@ -56,7 +59,8 @@ def register(app: typer.Typer) -> None:
             quick=quick, force=force, resume=resume, model=model,
             input_shape=_ints(input_shape, "--input-shape"),
             batch_sizes=_ints(batch_sizes, "--batch-sizes") if batch_sizes else None,
-            timeout_s=timeout)
+            timeout_s=timeout, collective_timeout_s=collective_timeout,
+            cluster_prefix=cluster_prefix)
         profile = run(opts, progress=sys.stderr)
         if profile is None:  # a torchrun rank other than 0
             return

@@ -8,6 +8,14 @@ import typer
 PrefixOpt = typer.Option("csim", "--prefix", help="Name prefix of the namespaces "
                          "(<prefix>-n0.., <prefix>-br); lets tests use their own cluster.")
 
+# The same choice for the commands that run on a cluster (calibrate, live --emulate).
+ClusterPrefixOpt = typer.Option("csim", "--cluster-prefix", help="Which emulated cluster "
+                                "--emulate uses (see 'commsim cluster up --prefix').")
+# Gloo's timeout for rendezvous and every collective: how soon a dead link or master is found.
+CollectiveTimeoutOpt = typer.Option(30.0, "--collective-timeout", min=1.0, max=3600.0,
+                                    help="Seconds before rendezvous or one collective is "
+                                    "declared failed (a downed link, a dead master).")
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(no_args_is_help=True, help="An emulated cluster on this machine: one "

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 
 STRATEGY_NAMES = ("single", "ps", "ring", "ddp")
 
@@ -39,6 +40,8 @@ def live(
                                           "rank (default: cores // ranks)."),
     seed: int = typer.Option(0, "--seed"),
     timeout: float = typer.Option(900.0, "--timeout", min=1, help="Seconds for the whole run."),
+    collective_timeout: float = CollectiveTimeoutOpt,
+    cluster_prefix: str = ClusterPrefixOpt,
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Also write the JSON "
                                        "here."),
@@ -65,7 +68,8 @@ def live(
                         test_samples=test_samples, model=model,
                         track_running_stats=not no_running_stats, seed=seed,
                         threads_per_rank=threads or 0)
-    result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout)
+    result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout,
+                  collective_timeout_s=collective_timeout, cluster_prefix=cluster_prefix)
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
     text = o.dumps(result)
@@ -74,7 +78,8 @@ def live(
     typer.echo(text if json_out else render(result))
 
 
-def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float):
+def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float,
+         collective_timeout_s: float, cluster_prefix: str):
     """Join torchrun when RANK/WORLD_SIZE are set, else launch (locally or emulated)."""
     import os
 
@@ -83,14 +88,16 @@ def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float):
     if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
         if emulate is not None:
             raise UserError("--emulate cannot be used under torchrun (torchrun placed the ranks)")
-        return lv.run_live_torchrun(cfg)
+        return lv.run_live_torchrun(cfg, collective_timeout_s=collective_timeout_s)
     cluster_info = None
     if emulate is not None:
         from commsim.calibrate import cluster
         from commsim.units import parse_rate_Bps
 
-        cluster_info = cluster.up(nodes, parse_rate_Bps(emulate))
-    return lv.run_live(cfg, nodes=nodes, emulate=cluster_info, timeout_s=timeout_s)
+        # ensure, not up: a bigger cluster the user has up is used as it is, not rebuilt.
+        cluster_info = cluster.ensure(nodes, parse_rate_Bps(emulate), prefix=cluster_prefix)
+    return lv.run_live(cfg, nodes=nodes, emulate=cluster_info, timeout_s=timeout_s,
+                       collective_timeout_s=collective_timeout_s)
 
 
 def render(r: dict) -> str:
