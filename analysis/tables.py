@@ -1,7 +1,8 @@
 """The report's tables as data (lists of flat dicts, SI units in the keys), no plotting.
 
-1. ``Runs`` predicts each (strategy, nodes, batch) once, with its timeline, because several
-   tables and figures look at the same run.
+1. ``Runs`` predicts each (strategy, nodes, batch) once, because several tables and figures
+   look at the same run: with engine ``auto`` (the fast engine, exactly the DES's numbers, where
+   it applies) for numbers, with the DES and its timeline where intervals are needed.
 2. ``scaling_table``: iteration, speedup and efficiency per strategy and node count, strong
    (fixed global batch) or weak (fixed batch per rank) scaling.
 3. ``compute_comm_table``: per rank, where the iteration went: compute, communication hidden
@@ -27,7 +28,7 @@ DEFAULT_WEAK_BATCH = 64      # its per-node batch on 4 nodes
 
 @dataclass
 class Runs:
-    """Memoised DES predictions (with timelines) of one profile under one base scenario.
+    """Memoised predictions of one profile under one base scenario.
 
     global_batch:  strong scaling's samples per iteration over all ranks.
     weak_batch:    weak scaling's samples per rank.
@@ -38,18 +39,25 @@ class Runs:
     weak_batch: int = DEFAULT_WEAK_BATCH
     _cache: dict = field(default_factory=dict, repr=False)
 
-    def get(self, strategy: str, nodes: int, *, batch_per_rank: int | None = None) -> Result:
-        """One run: strong scaling unless ``batch_per_rank`` is given."""
+    def get(self, strategy: str, nodes: int, *, batch_per_rank: int | None = None,
+            timeline: bool = False) -> Result:
+        """One run: strong scaling unless ``batch_per_rank`` is given; ``timeline`` runs the DES
+        and keeps its intervals (a timeline run also answers later plain requests)."""
         world = self.world(nodes)
         if batch_per_rank is None and self.global_batch % world == 0:
             # The same run as weak scaling at global/world per rank (same spec, same baseline):
             # share it, the DES is the report's main cost.
             batch_per_rank = self.global_batch // world
         key = (strategy, nodes, batch_per_rank)
+        with_timeline = key + (True,)
+        if with_timeline in self._cache:
+            return self._cache[with_timeline]
+        key += (timeline,)
         if key not in self._cache:
             sc = replace(self.base, global_batch=None if batch_per_rank else self.global_batch,
                          batch_per_rank=batch_per_rank)
-            self._cache[key] = predict(self.profile, strategy, nodes, sc, timeline=True)
+            self._cache[key] = predict(self.profile, strategy, nodes, sc, timeline=timeline,
+                                       engine="des" if timeline else "auto")
         return self._cache[key]
 
     def fits(self, strategy: str, nodes: int, *, batch_per_rank: int | None = None) -> bool:
@@ -124,12 +132,16 @@ def intersection_length(a, b) -> float:
 
 
 def rank_breakdown(result: Result) -> list[dict]:
-    """Per rank of a timeline run: compute, overlapped and exposed communication, idle.
+    """Per rank: compute, overlapped and exposed communication, idle.
 
     overlapped = time with a collective in flight while the rank computes; exposed = in flight
     while it does not; idle = neither (waiting for another rank, or finished early).  The four
-    add up to the iteration time.
+    add up to the iteration time.  From the intervals when the result has them; otherwise from
+    the per-rank totals, counting the time not computing as communication first: exact for
+    even clusters the fast engine runs (tests hold it to the intervals), see ``breakdown``.
     """
+    if not result.intervals:
+        return [_from_totals(result, pr) for pr in result.per_rank]
     rows = []
     for rank in range(result.world_size):
         comp = [(iv.start, iv.end) for iv in result.intervals
@@ -147,6 +159,25 @@ def rank_breakdown(result: Result) -> list[dict]:
     return rows
 
 
+def _from_totals(result: Result, pr: dict) -> dict:
+    free = result.iteration_s - pr["compute_s"]
+    exposed = min(pr["comm_s"], free)
+    return {"rank": pr["rank"], "compute_s": pr["compute_s"], "comm_s": pr["comm_s"],
+            "overlapped_comm_s": pr["comm_s"] - exposed, "exposed_comm_s": exposed,
+            "idle_s": max(0.0, free - exposed), "critical": pr["rank"] == result.critical_rank}
+
+
+def breakdown(runs: Runs, strategy: str, nodes: int, batch_per_rank: int) -> tuple:
+    """(result, rank rows): from the per-rank totals for even clusters the fast engine ran,
+    else from the DES's intervals (with a straggler or a slow link a rank can both overlap
+    communication and wait idle, which its totals cannot tell apart)."""
+    r = runs.get(strategy, nodes, batch_per_rank=batch_per_rank)
+    even = not runs.base.stragglers and not runs.base.slow_links_Bps
+    if not r.intervals and (r.engine == "des" or not even):
+        r = runs.get(strategy, nodes, batch_per_rank=batch_per_rank, timeline=True)
+    return r, rank_breakdown(r)
+
+
 def compute_comm_table(runs: Runs, strategies: Sequence[str], nodes: Sequence[int],
                        batch_sizes: Sequence[int]) -> list[dict]:
     """Every rank's breakdown for every strategy, node count and batch size per rank."""
@@ -156,8 +187,8 @@ def compute_comm_table(runs: Runs, strategies: Sequence[str], nodes: Sequence[in
             for n in nodes:
                 if not runs.fits(strategy, n, batch_per_rank=batch):
                     continue
-                r = runs.get(strategy, n, batch_per_rank=batch)
-                for row in rank_breakdown(r):
+                r, ranks = breakdown(runs, strategy, n, batch)
+                for row in ranks:
                     rows.append({"strategy": strategy, "nodes": n, "batch_per_rank": batch,
                                  "iteration_s": r.iteration_s, **row})
     return rows

@@ -85,7 +85,7 @@ def timeline_rows(runs: Runs, strategies: Sequence[str], nodes: int) -> list[dic
         n = 1 if strategy == "single" else nodes
         if not runs.fits(strategy, n):
             continue
-        r = runs.get(strategy, n)
+        r = runs.get(strategy, n, timeline=True)
         for g in segments(r):
             rows.append({"strategy": strategy, "nodes": n, "iteration_s": r.iteration_s,
                          "rank": g.rank, "kind": g.kind, "name": g.name, "lane": g.lane,

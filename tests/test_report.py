@@ -62,8 +62,8 @@ def test_union_and_intersection():
 
 def test_rank_breakdown_adds_up_to_the_iteration():
     runs = tables.Runs(make_profile(), global_batch=64)
-    for strategy in ("ps", "ring", "ddp"):
-        r = runs.get(strategy, 3)
+    for strategy, timeline_ in (("ps", False), ("ring", True), ("ddp", False), ("ddp", True)):
+        r = runs.get(strategy, 3, timeline=timeline_)
         for row in tables.rank_breakdown(r):
             total = (row["compute_s"] - row["overlapped_comm_s"] + row["overlapped_comm_s"]
                      + row["exposed_comm_s"] + row["idle_s"])
@@ -71,6 +71,30 @@ def test_rank_breakdown_adds_up_to_the_iteration():
             assert row["overlapped_comm_s"] >= 0 and row["exposed_comm_s"] >= -1e-12
         crit = [row for row in tables.rank_breakdown(r) if row["critical"]]
         assert len(crit) == 1 and crit[0]["compute_s"] == pytest.approx(r.compute_s)
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ring", "ddp"])
+@pytest.mark.parametrize("nodes, batch, rph", [(2, 16, 1), (3, 32, 1), (4, 64, 1), (2, 16, 2)])
+def test_breakdown_from_totals_equals_the_one_from_intervals(strategy, nodes, batch, rph):
+    """Where the fast engine runs, the per-rank totals give the intervals' exact breakdown."""
+    prof = make_profile(param_bytes=(300_000, 2_000_000, 700_000), bandwidth_Bps=1e8,
+                        threads=1)
+    base = Scenario(bucket_bytes=1_500_000, ranks_per_host=rph, cores_per_host=8)
+    fast = tables.Runs(prof, base=base).get(strategy, nodes, batch_per_rank=batch)
+    des = tables.Runs(prof, base=base).get(strategy, nodes, batch_per_rank=batch, timeline=True)
+    assert fast.engine == "fast" and not fast.intervals and des.intervals
+    for a, b in zip(tables.rank_breakdown(fast), tables.rank_breakdown(des)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], abs=1e-9), (key, a, b)
+
+
+def test_uneven_clusters_use_the_des_intervals():
+    runs = tables.Runs(make_profile(), base=Scenario(stragglers={1: 3.0}))
+    r, rows = tables.breakdown(runs, "ring", 2, 16)
+    assert r.engine == "des" and r.intervals
+    total = rows[0]["compute_s"] + rows[0]["exposed_comm_s"] + rows[0]["idle_s"]
+    assert total == pytest.approx(r.iteration_s)
 
 
 def test_ddp_hides_communication_and_ring_does_not():
@@ -112,7 +136,7 @@ def test_bandwidth_fraction_is_busbw_over_link():
 def test_timeline_segments_tile_each_rank():
     """Compute, comm lane 0 and idle cover [0, iteration] for every rank with no gap."""
     runs = tables.Runs(make_profile(), global_batch=64)
-    r = runs.get("ps", 2, batch_per_rank=16)
+    r = runs.get("ps", 2, batch_per_rank=16, timeline=True)
     segs = timeline.segments(r)
     for rank in range(r.world_size):
         mine = [g for g in segs if g.rank == rank]
