@@ -25,6 +25,7 @@ class Scenario:
     stragglers:          rank -> compute slowdown factor.
     slow_links_Bps:      host -> NIC bandwidth.
     overlap:             DDP overlaps communication with backward (False: what-if without).
+    algorithm:           collective algorithm (None: the strategy's default).
     """
     global_batch: int | None = 256
     batch_per_rank: int | None = None
@@ -37,6 +38,7 @@ class Scenario:
     stragglers: Mapping[int, float] = field(default_factory=dict)
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
     overlap: bool = True
+    algorithm: str | None = None
 
 
 def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) -> RunSpec:
@@ -49,22 +51,33 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
     return RunSpec(strategy=strategy, cluster=cluster,
                    global_batch=None if scenario.batch_per_rank else scenario.global_batch,
                    batch_per_rank=scenario.batch_per_rank, bucket_bytes=scenario.bucket_bytes,
-                   overlap=scenario.overlap, stragglers=dict(scenario.stragglers))
+                   overlap=scenario.overlap, algorithm=scenario.algorithm,
+                   stragglers=dict(scenario.stragglers))
 
 
 def predict(profile: Profile, strategy: str, nodes: int, scenario: Scenario = Scenario(), *,
-            engine: str = "des", timeline: bool = False) -> Result:
+            engine: str = "auto", timeline: bool = False) -> Result:
     return simulate(run_spec(profile, strategy, nodes, scenario), profile, engine=engine,
                     timeline=timeline)
 
 
 def sweep(profile: Profile, strategies: Iterable[str], nodes: Iterable[int],
-          scenario: Scenario = Scenario(), *, engine: str = "des") -> list[Result]:
-    """Every strategy at every node count; ``single`` only at one node (it is the baseline)."""
+          scenario: Scenario = Scenario(), *, engine: str = "auto",
+          skipped: list | None = None) -> list[Result]:
+    """Every strategy at every node count; ``single`` only at one node (it is the baseline).
+
+    Strong scaling cannot split a global batch over more ranks than samples: those cells are
+    left out and, when ``skipped`` is a list, named there.
+    """
     out = []
     for strategy in strategies:
         for n in nodes:
-            if strategy == "single" and n * scenario.ranks_per_host != 1:
+            ranks = n * scenario.ranks_per_host
+            if strategy == "single" and ranks != 1:
+                continue
+            if scenario.batch_per_rank is None and scenario.global_batch < ranks:
+                if skipped is not None:
+                    skipped.append((strategy, n))
                 continue
             out.append(predict(profile, strategy, n, scenario, engine=engine))
     return out
@@ -72,3 +85,19 @@ def sweep(profile: Profile, strategies: Iterable[str], nodes: Iterable[int],
 
 def strategy_names() -> list[str]:
     return list(REGISTRY)
+
+
+def rank_allreduce_algorithms(profile: Profile, nbytes: float, ranks: int, *,
+                              bandwidth_Bps: float | None = None,
+                              latency_s: float | None = None) -> list[dict]:
+    """Closed-form time of one all-reduce of ``nbytes`` over ``ranks`` (one per host) for every
+    algorithm, fastest first: which algorithm to pick for a tensor of that size."""
+    from commsim import closed_form as cf
+    alpha = profile.network.latency_s if latency_s is None else latency_s
+    beta = 1.0 / (profile.network.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps)
+    fit = profile.collective("all_reduce")
+    rows = [{"algorithm": a, "bytes": nbytes, "ranks": ranks,
+             "time_s": cf.allreduce_s(a, nbytes, ranks, alpha, beta, fit.reduction_s_per_B,
+                                      fit.overhead_s)}
+            for a in cf.ALLREDUCE_ALGORITHMS if a != "hierarchical"]
+    return sorted(rows, key=lambda r: (r["time_s"], r["algorithm"]))

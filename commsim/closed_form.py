@@ -116,3 +116,120 @@ def ps_bus_factor(p: int) -> float:
 def ring_bytes_per_rank(n: float, p: int) -> float:
     """Bytes each rank sends (and receives) in a ring all-reduce of n bytes: 2(p-1)/p·n."""
     return allreduce_bus_factor(p) * n
+
+
+# -- more all-reduce algorithms (Thakur, Rabenseifner & Gropp 2005) ------------------------------
+#
+# Non-powers of two use MPICH's fold: with p' = 2^floor(lg p) and r = p - p', the first 2r ranks
+# pair up, the odd one of each pair adds its partner's buffer before the power-of-two algorithm
+# (α + nβ + nγ) and hands the result back after it (α + nβ).
+
+def pow2_floor(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+def ceil_log2(p: int) -> int:
+    return (p - 1).bit_length()
+
+
+def _fold_s(n: float, p: int, alpha_s: float, beta_s_per_B: float, gamma_s_per_B: float) -> float:
+    if p == pow2_floor(p):
+        return 0.0
+    return 2 * alpha_s + 2 * n * beta_s_per_B + n * gamma_s_per_B
+
+
+def recursive_doubling_allreduce_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                                   gamma_s_per_B: float, overhead_s: float = 0.0) -> float:
+    """lg p' exchanges of the whole buffer with partner rank XOR 2^k: lg p'·(α + nβ + nγ).
+    Latency-optimal; bandwidth grows with lg p (good for small tensors)."""
+    if p <= 1:
+        return 0.0
+    q = pow2_floor(p)
+    return (overhead_s + _fold_s(n, p, alpha_s, beta_s_per_B, gamma_s_per_B)
+            + ceil_log2(q) * (alpha_s + n * beta_s_per_B + n * gamma_s_per_B))
+
+
+def rabenseifner_allreduce_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                             gamma_s_per_B: float, overhead_s: float = 0.0) -> float:
+    """Reduce-scatter by recursive halving, then all-gather by recursive doubling:
+    2·lg p'·α + 2(p'-1)/p'·nβ + (p'-1)/p'·nγ.  Bandwidth-optimal with lg p latency terms."""
+    if p <= 1:
+        return 0.0
+    q = pow2_floor(p)
+    frac = (q - 1) / q
+    return (overhead_s + _fold_s(n, p, alpha_s, beta_s_per_B, gamma_s_per_B)
+            + 2 * ceil_log2(q) * alpha_s + 2 * frac * n * beta_s_per_B + frac * n * gamma_s_per_B)
+
+
+def binomial_reduce_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                      gamma_s_per_B: float) -> float:
+    """Binomial-tree reduce to rank 0: ⌈lg p⌉·(α + nβ + nγ)."""
+    return ceil_log2(p) * (alpha_s + n * beta_s_per_B + n * gamma_s_per_B) if p > 1 else 0.0
+
+
+def binomial_broadcast_s(n: float, p: int, alpha_s: float, beta_s_per_B: float) -> float:
+    """Binomial-tree broadcast from rank 0: ⌈lg p⌉·(α + nβ)."""
+    return ceil_log2(p) * (alpha_s + n * beta_s_per_B) if p > 1 else 0.0
+
+
+def tree_allreduce_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                     gamma_s_per_B: float, overhead_s: float = 0.0) -> float:
+    """Binomial reduce to rank 0 then binomial broadcast: ⌈lg p⌉·(2α + 2nβ + nγ)."""
+    if p <= 1:
+        return 0.0
+    return (overhead_s + binomial_reduce_s(n, p, alpha_s, beta_s_per_B, gamma_s_per_B)
+            + binomial_broadcast_s(n, p, alpha_s, beta_s_per_B))
+
+
+def binomial_gather_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                      overhead_s: float = 0.0) -> float:
+    """Binomial-tree gather of n bytes per rank to rank 0 (p a power of two): at step k a rank
+    forwards the 2^k·n bytes it holds: ⌈lg p⌉·α + (p-1)·n·β."""
+    if p <= 1:
+        return 0.0
+    return overhead_s + ceil_log2(p) * alpha_s + (p - 1) * n * beta_s_per_B
+
+
+def binomial_scatter_s(n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                       overhead_s: float = 0.0) -> float:
+    """Binomial-tree scatter (the gather reversed): ⌈lg p⌉·α + (p-1)·n·β."""
+    return binomial_gather_s(n, p, alpha_s, beta_s_per_B, overhead_s)
+
+
+def hierarchical_allreduce_s(n: float, hosts: int, local: int, alpha_s: float,
+                             beta_s_per_B: float, gamma_s_per_B: float,
+                             intra_alpha_s: float, intra_beta_s_per_B: float,
+                             overhead_s: float = 0.0) -> float:
+    """Reduce inside each host to its first rank (binomial, intra-host link), ring all-reduce
+    among the hosts' first ranks, broadcast inside each host (binomial)."""
+    if hosts * local <= 1:
+        return 0.0
+    return (overhead_s
+            + binomial_reduce_s(n, local, intra_alpha_s, intra_beta_s_per_B, gamma_s_per_B)
+            + ring_allreduce_s(n, hosts, alpha_s, beta_s_per_B, gamma_s_per_B)
+            + binomial_broadcast_s(n, local, intra_alpha_s, intra_beta_s_per_B))
+
+
+ALLREDUCE_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
+
+
+def allreduce_s(algorithm: str, n: float, p: int, alpha_s: float, beta_s_per_B: float,
+                gamma_s_per_B: float, overhead_s: float = 0.0) -> float:
+    """Closed form of a flat (one rank per host) all-reduce by name."""
+    fn = {"ring": ring_allreduce_s, "recursive_doubling": recursive_doubling_allreduce_s,
+          "rabenseifner": rabenseifner_allreduce_s, "tree": tree_allreduce_s,
+          "hierarchical": ring_allreduce_s}[algorithm]   # one rank per host: just the ring
+    return fn(n, p, alpha_s, beta_s_per_B, gamma_s_per_B, overhead_s)
+
+
+def allreduce_bytes_per_rank(algorithm: str, n: float, p: int) -> float:
+    """Bytes each rank sends in a flat all-reduce (powers of two for the doubling algorithms)."""
+    if p <= 1:
+        return 0.0
+    if algorithm in ("ring", "hierarchical"):
+        return ring_bytes_per_rank(n, p)
+    if algorithm == "recursive_doubling":
+        return ceil_log2(p) * n
+    if algorithm == "rabenseifner":
+        return 2 * (p - 1) / p * n
+    raise ValueError(f"no uniform byte count for {algorithm!r}")

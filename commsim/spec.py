@@ -82,6 +82,9 @@ class RunSpec:
     bucket_bytes:         DDP bucket cap (PyTorch's bucket_cap_mb, default 25 MiB).
     first_bucket_bytes:   DDP's first (earliest-ready) bucket cap, 1 MiB in PyTorch.
     overlap:              DDP only: False launches every bucket after backward ends (what-if).
+    algorithm:            the collective algorithm (None: the strategy's default; ring/ddp:
+                          ring, recursive_doubling, rabenseifner, tree, hierarchical; ps:
+                          linear, binomial).
     stragglers:           rank -> compute slowdown factor (> 1 is slower).
     dataset_samples:      samples in one epoch (CIFAR-10 train: 50,000).
     """
@@ -92,6 +95,7 @@ class RunSpec:
     bucket_bytes: int = 25 * MiB
     first_bucket_bytes: int = 1 * MiB
     overlap: bool = True
+    algorithm: str | None = None
     stragglers: Mapping[int, float] = field(default_factory=dict)
     dataset_samples: int = CIFAR10_TRAIN_SAMPLES
 

@@ -36,6 +36,9 @@ SlowLinkOpt = typer.Option(None, "--slow-link", help="HOST:RATE, that host's NIC
                            "(repeatable).")
 NoOverlapOpt = typer.Option(False, "--no-overlap", help="DDP what-if: launch every bucket after "
                             "backward instead of overlapping.")
+AlgorithmOpt = typer.Option(None, "--algorithm", help="Collective algorithm: ring, "
+                            "recursive_doubling, rabenseifner, tree, hierarchical (ring/ddp); "
+                            "linear, binomial (ps).")
 EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des), "
                          "fast (the DES's answers in seconds at any scale), des (discrete-event, "
                          "every message) or analytic (closed forms, homogeneous clusters only).")
@@ -66,7 +69,8 @@ def _factor(text: str) -> float:
 
 
 def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ranks_per_host,
-             cores_per_host, shared_cpu_cores, straggler, slow_link, no_overlap) -> Scenario:
+             cores_per_host, shared_cpu_cores, straggler, slow_link, no_overlap,
+             algorithm=None) -> Scenario:
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")
     if not bucket_mb > 0 or bucket_mb == float("inf"):
@@ -79,15 +83,15 @@ def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ran
         global_batch=None if batch_per_rank else (global_batch or 256),
         batch_per_rank=batch_per_rank, bucket_bytes=max(1, round(bucket_mb * MiB)),
         bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
-        latency_s=None if latency is None else _latency(latency),
+        latency_s=None if latency is None else parse_latency(latency),
         ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
         shared_cpu_cores=shared_cpu_cores,
         stragglers=_pairs(straggler, "straggler", _factor),
         slow_links_Bps=_pairs(slow_link, "slow-link", parse_rate_Bps),
-        overlap=not no_overlap)
+        overlap=not no_overlap, algorithm=algorithm)
 
 
-def _latency(text: str) -> float:
+def parse_latency(text: str) -> float:
     if text.strip() in ("0", "0s", "0us", "0ms"):
         return 0.0
     return parse_time_s(text)

@@ -13,6 +13,36 @@ def register(app: typer.Typer) -> None:
     app.command(help="Predict one training iteration: time, speedup, compute vs communication, "
                      "bytes on the wire and link utilisation.")(predict)
     app.command(help="Predict strategies x node counts in one table.")(sweep)
+    app.command(help="Which all-reduce algorithm is fastest for a tensor of a given size.")(
+        algorithms)
+
+
+def algorithms(
+    size: str = typer.Option("25MiB", "--size", help="Tensor size: 4KiB, 25MiB, 1000000."),
+    nodes: int = typer.Option(8, "--nodes", min=2, help="Ranks (one per host)."),
+    profile: Optional[Path] = o.ProfileOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    from commsim.api import rank_allreduce_algorithms
+    from commsim.table import text_table
+    from commsim.units import fmt_bytes, fmt_time, parse_rate_Bps, parse_size_bytes
+
+    prof = o.load_profile(profile)
+    rows = rank_allreduce_algorithms(
+        prof, parse_size_bytes(size), nodes,
+        bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
+        latency_s=None if latency is None else o.parse_latency(latency))
+    if json_out:
+        typer.echo(o.dumps(rows))
+        return
+    best = rows[0]["time_s"]
+    for r in rows:
+        r["vs_best"] = r["time_s"] / best
+    typer.echo(text_table(rows, columns=(
+        ("algorithm", "algorithm", str), ("bytes", "bytes", fmt_bytes), ("ranks", "ranks", str),
+        ("time", "time_s", fmt_time), ("vs best", "vs_best", lambda v: f"{v:.2f}x"))))
 
 
 def predict(
@@ -30,6 +60,7 @@ def predict(
     straggler: Optional[List[str]] = o.StragglerOpt,
     slow_link: Optional[List[str]] = o.SlowLinkOpt,
     no_overlap: bool = o.NoOverlapOpt,
+    algorithm: Optional[str] = o.AlgorithmOpt,
     engine: str = o.EngineOpt,
     per_rank: bool = typer.Option(False, "--per-rank", help="Also list every rank."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -42,7 +73,8 @@ def predict(
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
                     cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap)
+                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap,
+                    algorithm=algorithm)
     result = run(prof, strategy, nodes, sc, engine=engine)
     if json_out:
         typer.echo(o.dumps(result.to_dict(per_rank=per_rank)))
@@ -87,6 +119,7 @@ def sweep(
     ranks_per_host: int = o.RanksPerHostOpt,
     cores_per_host: Optional[float] = o.CoresOpt,
     shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
+    algorithm: Optional[str] = o.AlgorithmOpt,
     engine: str = o.EngineOpt,
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -106,8 +139,14 @@ def sweep(
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
                     cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=None, slow_link=None, no_overlap=False)
-    rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine)]
+                    straggler=None, slow_link=None, no_overlap=False, algorithm=algorithm)
+    skipped: list = []
+    rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine, skipped=skipped)]
+    if skipped:
+        nodes_left_out = sorted({n for _, n in skipped})
+        typer.echo(f"commsim sweep: left out {len(skipped)} cell(s) at {nodes_left_out} node(s): "
+                   f"global batch {sc.global_batch} cannot be split over more ranks than samples "
+                   "(use --batch-per-rank for weak scaling)", err=True)
     if json_out:
         typer.echo(o.dumps(rows))
     elif csv_out:

@@ -64,6 +64,8 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     c = spec.cluster
     if timeline:
         return "it does not record a timeline"
+    if spec.algorithm not in (None, "ring", "linear"):
+        return f"it models the default algorithms only, not {spec.algorithm!r}"
     if c.shared_cpu_cores is not None:
         return "ranks sharing one CPU pool interleave at event granularity"
     if c.ranks_per_host > 1:

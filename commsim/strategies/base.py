@@ -48,8 +48,17 @@ class Strategy(ABC):
         """busbw / algbw for this strategy's synchronisation (nccl-tests convention)."""
         return 0.0
 
+    algorithms: ClassVar[tuple[str, ...]] = ()
+
     def check(self, spec: RunSpec) -> None:
         """Refuse run specs the strategy cannot run (raise UserError)."""
+        if spec.algorithm is not None and spec.algorithm not in self.algorithms:
+            allowed = ", ".join(self.algorithms) or "none"
+            raise UserError(f"strategy {self.name!r} has no algorithm {spec.algorithm!r}; "
+                            f"choose from {allowed}")
+
+    def algorithm(self, spec: RunSpec) -> str:
+        return spec.algorithm or (self.algorithms[0] if self.algorithms else "")
 
 
 REGISTRY: dict[str, Strategy] = {}
@@ -80,3 +89,13 @@ def uniform_timing(p: int, iteration_s: float, compute_s: float, comm_s: float,
     return Timing(finish_s=(iteration_s,) * p, compute_s=(compute_s,) * p, comm_s=(comm_s,) * p,
                   sent_bytes=(sent_per_rank,) * p, received_bytes=(received_per_rank,) * p,
                   nic_tx_bytes=(sent_per_rank,) * p, nic_rx_bytes=(received_per_rank,) * p)
+
+
+def require_uniform_bytes(algorithm: str, p: int) -> None:
+    """The closed forms report one byte count for every rank; tree-shaped algorithms load ranks
+    unevenly (and fold ranks of non-powers of two), so their bytes come from the DES."""
+    uniform = algorithm in ("ring", "hierarchical") or (
+        algorithm in ("recursive_doubling", "rabenseifner") and p & (p - 1) == 0)
+    if not uniform:
+        raise UserError(f"--engine analytic: algorithm {algorithm!r} sends uneven bytes per "
+                        "rank; use --engine des")

@@ -13,14 +13,15 @@ Gloo thread's reductions compete with backward for the host's cores (processor s
 from __future__ import annotations
 
 from commsim import closed_form as cf
-from commsim.sim.collectives import ring_allreduce
-from commsim.strategies.base import Strategy, register, uniform_timing
+from commsim.sim.collectives import ALLREDUCE
+from commsim.strategies.base import Strategy, register, require_uniform_bytes, uniform_timing
 
 
 @register
 class DistributedDataParallel(Strategy):
     name = "ddp"
     summary = "bucketed ring all-reduce overlapping backward (PyTorch DDP)"
+    algorithms = cf.ALLREDUCE_ALGORITHMS
 
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
@@ -48,23 +49,25 @@ class DistributedDataParallel(Strategy):
         yield from ctx.compute(rank, "optimizer", costs.optimizer_s)
         ctx.finish(rank)
 
-    @staticmethod
-    def _communicate(ctx, rank, ready):
+    def _communicate(self, ctx, rank, ready):
+        allreduce = ALLREDUCE[self.algorithm(ctx.spec)]
         for bucket, ev in zip(ctx.costs.buckets, ready):
             yield ev
-            yield from ring_allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}")
+            yield from allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}")
 
     def analytic(self, spec, costs):
         """Max-plus recursion over buckets: a bucket starts when it is ready and the previous one
         is done; exact when the Gloo thread does not compete with backward for cores."""
         p = spec.world_size
         fwd, bwd = costs.forward_s, costs.backward_s
+        alg = self.algorithm(spec)
+        require_uniform_bytes(alg, p)
         free = 0.0
         comm = 0.0
         for bucket in costs.buckets:
             ready = fwd + (bucket.ready_fraction if spec.overlap else 1.0) * bwd
-            cost = (cf.ring_allreduce_s(bucket.bytes, p, costs.alpha_s, costs.beta_s_per_B,
-                                        costs.gamma_s_per_B, costs.overhead("all_reduce"))
+            cost = (cf.allreduce_s(alg, bucket.bytes, p, costs.alpha_s, costs.beta_s_per_B,
+                                   costs.gamma_s_per_B, costs.overhead("all_reduce"))
                     + cf.scale_s(bucket.bytes, p, costs.gamma_s_per_B))
             start = max(ready, free)
             free = start + cost
@@ -72,5 +75,5 @@ class DistributedDataParallel(Strategy):
         end = max(fwd + bwd, free)
         iteration = end + costs.optimizer_s
         compute = fwd + bwd + costs.optimizer_s
-        per_rank = sum(cf.ring_bytes_per_rank(b.bytes, p) for b in costs.buckets)
+        per_rank = sum(cf.allreduce_bytes_per_rank(alg, b.bytes, p) for b in costs.buckets)
         return uniform_timing(p, iteration, compute, comm, per_rank, per_rank)

@@ -11,7 +11,8 @@ sync time grows linearly with p: the bottleneck the seed reports saw beyond 3 no
 from __future__ import annotations
 
 from commsim import closed_form as cf
-from commsim.sim.collectives import gather_mean_scatter
+from commsim.errors import UserError
+from commsim.sim.collectives import GATHER_SCATTER
 from commsim.strategies.base import Strategy, Timing, forward_backward, register
 
 
@@ -19,19 +20,24 @@ from commsim.strategies.base import Strategy, Timing, forward_backward, register
 class ParameterServer(Strategy):
     name = "ps"
     summary = "per-parameter gather to rank 0, mean, scatter"
+    algorithms = ("linear", "binomial")
 
     def bus_factor(self, p):
         return cf.ps_bus_factor(p)
 
     def rank_process(self, ctx, rank):
         yield from forward_backward(ctx, rank)
+        sync = GATHER_SCATTER[self.algorithm(ctx.spec)]
         for i, nbytes in enumerate(ctx.costs.param_bytes):
-            yield from gather_mean_scatter(ctx, rank, nbytes, name=f"gather+scatter p{i}")
+            yield from sync(ctx, rank, nbytes, name=f"gather+scatter p{i}")
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
     def analytic(self, spec, costs):
         p = spec.world_size
+        if self.algorithm(spec) == "binomial":
+            raise UserError("--engine analytic: binomial gather/scatter puts uneven bytes on "
+                            "ranks; use --engine des")
         comm = sum(cf.ps_sync_s(n, p, costs.alpha_s, costs.beta_s_per_B, costs.gamma_s_per_B,
                                 costs.overhead("gather"), costs.overhead("scatter"))
                    for n in costs.param_bytes)

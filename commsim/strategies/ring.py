@@ -10,30 +10,35 @@ No overlap: every byte of communication is exposed, and small tensors pay 2(p-1)
 from __future__ import annotations
 
 from commsim import closed_form as cf
-from commsim.sim.collectives import ring_allreduce
-from commsim.strategies.base import Strategy, forward_backward, register, uniform_timing
+from commsim.sim.collectives import ALLREDUCE
+from commsim.strategies.base import (Strategy, forward_backward, register,
+                                     require_uniform_bytes, uniform_timing)
 
 
 @register
 class Ring(Strategy):
     name = "ring"
     summary = "per-parameter ring all-reduce after backward, then divide"
+    algorithms = cf.ALLREDUCE_ALGORITHMS
 
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
 
     def rank_process(self, ctx, rank):
         yield from forward_backward(ctx, rank)
+        allreduce = ALLREDUCE[self.algorithm(ctx.spec)]
         for i, nbytes in enumerate(ctx.costs.param_bytes):
-            yield from ring_allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}")
+            yield from allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}")
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
     def analytic(self, spec, costs):
         p = spec.world_size
-        comm = sum(cf.ring_allreduce_s(n, p, costs.alpha_s, costs.beta_s_per_B,
-                                       costs.gamma_s_per_B, costs.overhead("all_reduce"))
+        alg = self.algorithm(spec)
+        comm = sum(cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta_s_per_B,
+                                  costs.gamma_s_per_B, costs.overhead("all_reduce"))
                    + cf.scale_s(n, p, costs.gamma_s_per_B) for n in costs.param_bytes)
         compute = costs.forward_s + costs.backward_s + costs.optimizer_s
-        per_rank = sum(cf.ring_bytes_per_rank(n, p) for n in costs.param_bytes)
+        require_uniform_bytes(alg, p)
+        per_rank = sum(cf.allreduce_bytes_per_rank(alg, n, p) for n in costs.param_bytes)
         return uniform_timing(p, compute + comm, compute, comm, per_rank, per_rank)
