@@ -270,6 +270,10 @@ def gantt_figure(strategy: str, rows: Sequence[dict]) -> Figure:
                f"communication (one colour per bucket/tensor), and idle time in grey.")
     ax = fig.add_axes((0.13, 0.12, 0.85, 0.72))
     ranks = sorted({r["rank"] for r in rows})
+    # One colour per collective, in launch order, so neighbours always differ and a bucket has
+    # the same colour on every rank.
+    order = {name: k for k, name in enumerate(dict.fromkeys(
+        r["name"] for r in sorted(rows, key=lambda r: r["start_s"]) if r["kind"] == "comm"))}
     y, ticks, labels = 0.0, [], []
     for rank in ranks:
         mine = [r for r in rows if r["rank"] == rank]
@@ -284,11 +288,14 @@ def gantt_figure(strategy: str, rows: Sequence[dict]) -> Figure:
                 ax.broken_barh([(x, w)], (y, 0.85), facecolors=PHASE_COLORS.get(r["name"],
                                "#6baed6"), edgecolor="white", linewidth=0.3)
             else:
-                color = COMM_COLORS[(r["bucket"] or 0) % len(COMM_COLORS)]
+                color = COMM_COLORS[order[r["name"]] % len(COMM_COLORS)]
                 ax.broken_barh([(x, w)], (y + 1 + r["lane"], 0.85), facecolors=color,
                                edgecolor="black", linewidth=0.2)
-                if w > 0.06 * iteration * 1e3:   # label the collectives wide enough to read
-                    ax.text(x + w / 2, y + 1.42 + r["lane"], r["name"], ha="center",
+                # Label what is wide enough to read: the full name, or its last word.
+                label = (r["name"] if w > 0.12 * iteration * 1e3 else
+                         r["name"].split()[-1] if w > 0.035 * iteration * 1e3 else "")
+                if label:
+                    ax.text(x + w / 2, y + 1.42 + r["lane"], label, ha="center",
                             va="center", fontsize=7, clip_on=True)
         ticks += [y + 0.42] + [y + 1.42 + k for k in range(lanes)]
         labels += [f"rank {rank} compute"] + [f"rank {rank} comm" + (f" {k + 1}" if lanes > 1
