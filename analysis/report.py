@@ -177,18 +177,19 @@ def page_builders(data: ReportData) -> list:
             f"Predicted time per iteration with {what}, speedup over one node running the same "
             f"global batch, and efficiency (speedup / ranks); 'not computing' is the time the "
             f"slowest rank spends outside compute.", P.SCALING_COLUMNS, rows))
-    if multi:
-        pages += [
-            lambda: P.breakdown_figure(tables.critical_rows(t["compute_comm"]), multi,
-                                       opt.batch_sizes),
-            lambda: P.rank_figure(t["compute_comm_ranks"], multi, opt.gantt_nodes,
-                                  opt.weak_batch),
-            lambda: P.table_pages("Bandwidth utilisation per node count and batch size",
-                                  "Gradient bytes synchronised per iteration, algorithm and bus "
-                                  "bandwidth of the collectives, busbw as a share of the link, "
-                                  "and how busy the busiest NIC direction is over the "
-                                  "iteration.", P.BANDWIDTH_COLUMNS, t["bandwidth"]),
-        ]
+    # Pages about communication only where some run communicates (not for one node alone).
+    if t["compute_comm"]:
+        pages.append(lambda: P.breakdown_figure(tables.critical_rows(t["compute_comm"]), multi,
+                                                opt.batch_sizes))
+    if len({r["rank"] for r in t["compute_comm_ranks"]}) > 1:
+        pages.append(lambda: P.rank_figure(t["compute_comm_ranks"], multi, opt.gantt_nodes,
+                                           opt.weak_batch))
+    if t["bandwidth"]:
+        pages.append(lambda: P.table_pages(
+            "Bandwidth utilisation per node count and batch size",
+            "Gradient bytes synchronised per iteration, algorithm and bus bandwidth of the "
+            "collectives, busbw as a share of the link, and how busy the busiest NIC direction "
+            "is over the iteration.", P.BANDWIDTH_COLUMNS, t["bandwidth"]))
     for strategy in dict.fromkeys(r["strategy"] for r in t["timeline"]):
         rows = [r for r in t["timeline"] if r["strategy"] == strategy]
         pages.append(lambda s=strategy, rows=rows: P.gantt_figure(s, rows))

@@ -350,3 +350,18 @@ def test_report_options_default_timeline_nodes():
     assert ReportOptions(nodes=(1, 2, 8)).gantt_nodes == 8
     assert ReportOptions(timeline_nodes=3).gantt_nodes == 3
     assert Scenario().bucket_bytes > 0
+
+
+def test_one_node_report_has_no_communication_pages():
+    import matplotlib.pyplot as plt
+    from commsim.analysis.report import ReportOptions, build_report, page_builders
+    data = build_report(make_profile(), ReportOptions(nodes=(1,), batch_sizes=(16,)))
+    assert not data.tables["compute_comm"] and not data.tables["bandwidth"]
+    headings = []
+    for build in page_builders(data):
+        figs = build()
+        for fig in figs if isinstance(figs, list) else [figs]:
+            headings.append(fig._suptitle.get_text())
+            plt.close(fig)
+    assert not any("communication" in h.lower() or "Bandwidth" in h for h in headings)
+    assert "One iteration: DDP (buckets) on 1 node" in headings
