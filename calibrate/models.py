@@ -81,6 +81,12 @@ def build_model(spec: str) -> nn.Module:
     return model
 
 
+def buffer_specs(model: nn.Module) -> tuple[ParamSpec, ...]:
+    """Buffers (batch-norm running statistics, counters): what DDP broadcasts every forward."""
+    return tuple(ParamSpec(name=name, numel=b.numel(), bytes=b.numel() * b.element_size())
+                 for name, b in model.named_buffers())
+
+
 def param_specs(model: nn.Module) -> tuple[ParamSpec, ...]:
     """Trainable parameters in registration order, with their element and byte counts."""
     return tuple(ParamSpec(name=name, numel=p.numel(), bytes=p.numel() * p.element_size())

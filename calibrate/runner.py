@@ -34,7 +34,7 @@ from commsim.calibrate import compute as K
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch import (DEFAULT_COLLECTIVE_TIMEOUT_S, cpu_cores, default_threads,
                                       from_env, launch, run_from_env)
-from commsim.calibrate.models import VGG11_FACTORY, build_model, param_specs
+from commsim.calibrate.models import VGG11_FACTORY, buffer_specs, build_model, param_specs
 from commsim.errors import RunFailed, UserError
 from commsim.profile import (SCHEMA_VERSION, ComputeTable, Profile, atomic_write_text, save)
 
@@ -291,7 +291,8 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
                                                    network=network, reduction_s_per_B=gamma)
     except ValueError as exc:
         raise RunFailed(f"fitting failed: {exc}") from None
-    params = param_specs(build_model(model))
+    built = build_model(model)
+    params, buffers = param_specs(built), buffer_specs(built)
     samples = {"compute": alone, "compute_contended": contended, "collectives": colls,
                "reduction": reduction, "reduction_s_per_B_ci95": gamma_ci,
                "nccl_table": F.nccl_table(colls)}
@@ -299,7 +300,7 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
                    input_shape=tuple(input_shape), params=params, compute=compute,
                    grad_ready_fraction=tuple(ready["grad_ready"]),
                    grad_ready_batch_size=ready["batch_size"], network=network,
-                   collectives=collectives, samples=samples)
+                   collectives=collectives, samples=samples, buffers=buffers)
 
 
 def cpu_model() -> str:

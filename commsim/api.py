@@ -26,6 +26,10 @@ class Scenario:
     slow_links_Bps:      host -> NIC bandwidth.
     overlap:             DDP overlaps communication with backward (False: what-if without).
     algorithm:           collective algorithm (None: the strategy's default).
+    sync_every:          local gradient aggregation: sync every k iterations.
+    group_size:          average within groups of g ranks (None: all).
+    compression:         DDP gradient compression (None or "fp16").
+    broadcast_buffers:   DDP broadcasts batch-norm buffers before every forward.
     """
     global_batch: int | None = 256
     batch_per_rank: int | None = None
@@ -39,6 +43,10 @@ class Scenario:
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
     overlap: bool = True
     algorithm: str | None = None
+    sync_every: int = 1
+    group_size: int | None = None
+    compression: str | None = None
+    broadcast_buffers: bool = True
 
 
 def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) -> RunSpec:
@@ -52,6 +60,9 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
                    global_batch=None if scenario.batch_per_rank else scenario.global_batch,
                    batch_per_rank=scenario.batch_per_rank, bucket_bytes=scenario.bucket_bytes,
                    overlap=scenario.overlap, algorithm=scenario.algorithm,
+                   sync_every=scenario.sync_every, group_size=scenario.group_size,
+                   compression=scenario.compression,
+                   broadcast_buffers=scenario.broadcast_buffers,
                    stragglers=dict(scenario.stragglers))
 
 

@@ -25,6 +25,7 @@ class CostInputs:
     param_bytes: tuple[int, ...]        # registration order
     grad_ready_fraction: tuple[float, ...]
     buckets: tuple[Bucket, ...]         # DDP launch order
+    buffer_bytes: int = 0               # DDP broadcasts these from rank 0 before every forward
 
     @property
     def model_bytes(self) -> int:
@@ -53,4 +54,5 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         grad_ready_fraction=profile.grad_ready_fraction,
         buckets=assign_buckets(profile.params, profile.grad_ready_fraction,
                                spec.bucket_bytes, spec.first_bucket_bytes),
+        buffer_bytes=profile.buffer_bytes,
     )

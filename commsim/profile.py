@@ -10,7 +10,8 @@ Schema (version 1), top level::
     schema_version    1
     metadata          {source, created, host, cpu, cores, nodes, ranks_per_host, threads_per_rank,
                        torch_version, backend, interface, emulated_rate_Bps, command, ...}
-    model             {name, input_shape, dtype_bytes, params: [{name, numel, bytes}, ...]}
+    model             {name, input_shape, dtype_bytes, params: [{name, numel, bytes}, ...],
+                       [buffers: [{name, numel, bytes}, ...]]  (batch-norm statistics etc.)}
     compute           {threads_per_rank, batch_sizes, forward_s, backward_s, optimizer_s,
                        [forward_spread_s, backward_spread_s, optimizer_spread_s],
                        [contended: {ranks, forward_s, backward_s, optimizer_s}]}
@@ -119,6 +120,11 @@ class Profile:
     collectives: Mapping[str, CollectiveFit]
     samples: Mapping[str, Any] = field(default_factory=dict)
     dtype_bytes: int = 4
+    buffers: tuple[ParamSpec, ...] = ()
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(b.bytes for b in self.buffers)
 
     @property
     def model_bytes(self) -> int:
@@ -175,6 +181,7 @@ class Profile:
                 "input_shape": list(self.input_shape),
                 "dtype_bytes": self.dtype_bytes,
                 "params": [asdict(p) for p in self.params],
+                "buffers": [asdict(b) for b in self.buffers],
             },
             "compute": compute,
             "grad_ready": {"batch_size": self.grad_ready_batch_size,
@@ -296,12 +303,9 @@ def profile_from_dict(data: Any) -> Profile:
     raw_params = g(model, "params", "model", list)
     if not raw_params:
         raise ProfileError("field 'model.params' must list at least one parameter")
-    params = []
-    for i, p in enumerate(raw_params):
-        path = f"model.params[{i}]"
-        params.append(ParamSpec(name=g(p, "name", path, str),
-                                numel=_int(g(p, "numel", path, int), f"{path}.numel"),
-                                bytes=_int(g(p, "bytes", path, int), f"{path}.bytes")))
+    params = _tensor_specs(raw_params, "model.params", minimum=1)
+    buffers = _tensor_specs(g(model, "buffers", "model", list, required=False) or [],
+                            "model.buffers", minimum=0)
 
     comp = g(data, "compute", "", dict)
     sizes_raw = g(comp, "batch_sizes", "compute", list)
@@ -360,9 +364,22 @@ def profile_from_dict(data: Any) -> Profile:
             ci95=g(fit, "ci95", path, dict, required=False))
     samples = g(data, "samples", "", dict, required=False) or {}
     return Profile(schema_version=version, metadata=metadata, model_name=name,
-                   input_shape=input_shape, params=tuple(params), compute=compute,
+                   input_shape=input_shape, params=params, compute=compute,
                    grad_ready_fraction=fractions, grad_ready_batch_size=ready_batch,
-                   network=network, collectives=colls, samples=samples, dtype_bytes=dtype_bytes)
+                   network=network, collectives=colls, samples=samples, dtype_bytes=dtype_bytes,
+                   buffers=buffers)
+
+
+def _tensor_specs(raw: list, where: str, minimum: int) -> tuple[ParamSpec, ...]:
+    out = []
+    for i, t in enumerate(raw):
+        path = f"{where}[{i}]"
+        out.append(ParamSpec(name=_V.get(t, "name", path, str),
+                             numel=_int(_V.get(t, "numel", path, int), f"{path}.numel",
+                                        minimum=minimum),
+                             bytes=_int(_V.get(t, "bytes", path, int), f"{path}.bytes",
+                                        minimum=minimum)))
+    return tuple(out)
 
 
 def _opt_num(obj: dict, key: str, **kw) -> float | None:

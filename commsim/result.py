@@ -15,6 +15,11 @@ Definitions (per iteration; the *critical rank* is the one that finishes last):
 * algbw_Bps: gradient bytes synchronised / comm_s (nccl-tests' algorithm bandwidth).
 * busbw_Bps: algbw x the strategy's bus factor (2(p-1)/p for all-reduce): comparable to the link.
 * link_utilization: the busiest NIC direction's bytes / (its bandwidth x iteration_s).
+* buffer_bytes_sent_per_rank: of bytes_sent_per_rank, DDP's per-iteration buffer broadcast.
+* startup_bytes_received_per_rank: DDP's one-off broadcast of parameters and buffers from rank
+  0 when it wraps the model (mean over ranks; not part of any iteration).
+With local aggregation (sync_every k) one cycle of k iterations is simulated and every time and
+byte count above is per iteration: the cycle's divided by k.
 """
 from __future__ import annotations
 
@@ -51,6 +56,9 @@ class Result:
     link_bandwidth_Bps: float
     link_utilization: float
     critical_rank: int
+    buffer_bytes_sent_per_rank: float = 0.0
+    startup_bytes_received_per_rank: float = 0.0
+    sync_every: int = 1
     per_rank: tuple = field(default=(), compare=False)
     intervals: tuple = field(default=(), compare=False, repr=False)
 
@@ -65,12 +73,13 @@ class Result:
 
 
 def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s: float | None,
-           model_bytes: int) -> Result:
+           model_bytes: int, buffer_bytes: int = 0) -> Result:
     p = spec.world_size
+    k = spec.sync_every
     critical = max(range(p), key=lambda r: (timing.finish_s[r], -r))
-    iteration = timing.finish_s[critical]
-    compute = timing.compute_s[critical]
-    comm = timing.comm_s[critical]
+    iteration = timing.finish_s[critical] / k
+    compute = timing.compute_s[critical] / k
+    comm = timing.comm_s[critical] / k
     exposed = max(0.0, iteration - compute)
     overlap = min(1.0, max(0.0, 1.0 - exposed / comm)) if comm > 0 else 0.0
     global_batch = spec.effective_global_batch
@@ -79,27 +88,34 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
     else:
         speedup = (global_batch / iteration) / (spec.requested_global_batch / baseline_iteration_s)
     iterations = math.ceil(spec.dataset_samples / global_batch)
-    synced = model_bytes if p > 1 else 0
+    group = spec.group_size or p
+    synced = model_bytes / k if group > 1 else 0
     algbw = synced / comm if comm > 0 else 0.0
     c = spec.cluster
     util = 0.0
     for host in range(c.hosts):
         bw = c.bandwidth_of(host)
-        busiest = max(timing.nic_tx_bytes[host], timing.nic_rx_bytes[host])
+        busiest = max(timing.nic_tx_bytes[host], timing.nic_rx_bytes[host]) / k
         util = max(util, busiest / (bw * iteration) if iteration > 0 else 0.0)
     per_rank = tuple(
-        {"rank": r, "finish_s": timing.finish_s[r], "compute_s": timing.compute_s[r],
-         "comm_s": timing.comm_s[r], "bytes_sent": timing.sent_bytes[r],
-         "bytes_received": timing.received_bytes[r]} for r in range(p))
+        {"rank": r, "finish_s": timing.finish_s[r] / k, "compute_s": timing.compute_s[r] / k,
+         "comm_s": timing.comm_s[r] / k, "bytes_sent": timing.sent_bytes[r] / k,
+         "bytes_received": timing.received_bytes[r] / k} for r in range(p))
+    ddp_buffers = (strategy.name == "ddp" and p > 1)
+    buffer_sent = (buffer_bytes * (p - 1) / p / k
+                   if ddp_buffers and spec.broadcast_buffers else 0.0)
+    startup = (model_bytes + buffer_bytes) * (p - 1) / p if ddp_buffers else 0.0
     return Result(
         strategy=strategy.name, engine=engine, nodes=c.hosts, ranks_per_host=c.ranks_per_host,
         world_size=p, global_batch=global_batch, batch_per_rank=spec.per_rank_batch,
         iteration_s=iteration, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,
         overlap_fraction=overlap, speedup=speedup, efficiency=speedup / p,
         epoch_s=iterations * iteration, iterations_per_epoch=iterations,
-        bytes_sent_per_rank=sum(timing.sent_bytes) / p,
-        bytes_received_per_rank=sum(timing.received_bytes) / p,
-        bytes_sent_max=max(timing.sent_bytes), bytes_received_max=max(timing.received_bytes),
-        algbw_Bps=algbw, busbw_Bps=algbw * strategy.bus_factor(p),
+        bytes_sent_per_rank=sum(timing.sent_bytes) / p / k,
+        bytes_received_per_rank=sum(timing.received_bytes) / p / k,
+        bytes_sent_max=max(timing.sent_bytes) / k,
+        bytes_received_max=max(timing.received_bytes) / k,
+        algbw_Bps=algbw, busbw_Bps=algbw * strategy.bus_factor(group),
         link_bandwidth_Bps=c.nic_bandwidth_Bps, link_utilization=util, critical_rank=critical,
-        per_rank=per_rank, intervals=timing.intervals)
+        buffer_bytes_sent_per_rank=buffer_sent, startup_bytes_received_per_rank=startup,
+        sync_every=k, per_rank=per_rank, intervals=timing.intervals)

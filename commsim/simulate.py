@@ -42,7 +42,7 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
         baseline = run_engine(spec.single_baseline(), profile, engine="des",
                               timeline=False).finish_s[0]
     return derive(strategy, spec, timing, engine=engine, baseline_iteration_s=baseline,
-                  model_bytes=profile.model_bytes)
+                  model_bytes=profile.model_bytes, buffer_bytes=profile.buffer_bytes)
 
 
 def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool) -> Timing:

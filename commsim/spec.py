@@ -85,6 +85,14 @@ class RunSpec:
     algorithm:            the collective algorithm (None: the strategy's default; ring/ddp:
                           ring, recursive_doubling, rabenseifner, tree, hierarchical; ps:
                           linear, binomial).
+    sync_every:           local gradient aggregation (Horovod backward_passes_per_step, DDP
+                          no_sync): gradients are accumulated over k iterations and synchronised
+                          (and applied) once; per-iteration figures are the k-iteration cycle / k.
+    group_size:           average within consecutive groups of g ranks instead of all of them
+                          (g = 2: pairwise); None = all ranks.
+    compression:          DDP gradient compression: None or "fp16" (PyTorch's fp16_compress_hook).
+    broadcast_buffers:    DDP broadcasts the model's buffers (batch-norm statistics) from rank 0
+                          before every forward (PyTorch's default, True).
     stragglers:           rank -> compute slowdown factor (> 1 is slower).
     dataset_samples:      samples in one epoch (CIFAR-10 train: 50,000).
     """
@@ -96,6 +104,10 @@ class RunSpec:
     first_bucket_bytes: int = 1 * MiB
     overlap: bool = True
     algorithm: str | None = None
+    sync_every: int = 1
+    group_size: int | None = None
+    compression: str | None = None
+    broadcast_buffers: bool = True
     stragglers: Mapping[int, float] = field(default_factory=dict)
     dataset_samples: int = CIFAR10_TRAIN_SAMPLES
 
@@ -112,6 +124,15 @@ class RunSpec:
         _check_int("bucket size", self.bucket_bytes, 1)
         _check_int("first bucket size", self.first_bucket_bytes, 1)
         _check_int("dataset samples", self.dataset_samples, 1)
+        _check_int("--sync-every", self.sync_every, 1)
+        if self.group_size is not None:
+            _check_int("--group-size", self.group_size, 1)
+            if self.group_size > self.world_size:
+                raise UserError(f"--group-size {self.group_size} is larger than the "
+                                f"{self.world_size} ranks")
+        if self.compression not in (None, "fp16"):
+            raise UserError(f"--compress: unknown compression {self.compression!r}; "
+                            "choose fp16")
         for rank, factor in self.stragglers.items():
             if not 0 <= rank < self.cluster.world_size:
                 raise UserError(f"straggler names rank {rank}, but the run has ranks "
@@ -146,7 +167,14 @@ class RunSpec:
         one_host = replace(self.cluster, hosts=1, ranks_per_host=1, slow_links_Bps={})
         return replace(self, strategy="single", cluster=one_host,
                        global_batch=self.requested_global_batch, batch_per_rank=None,
-                       stragglers={})
+                       stragglers={}, algorithm=None, sync_every=1, group_size=None,
+                       compression=None)
+
+    def group_of(self, rank: int) -> tuple[int, ...]:
+        """The ranks ``rank`` averages with: everyone, or its consecutive group."""
+        g = self.group_size or self.world_size
+        start = rank // g * g
+        return tuple(range(start, min(start + g, self.world_size)))
 
 
 def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,

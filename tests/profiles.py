@@ -16,7 +16,7 @@ def make_profile(param_bytes=(4000, 8000), *, latency_s=1e-4, bandwidth_Bps=1e6,
     colls = {name: CollectiveFit(latency_s=latency_s, bandwidth_Bps=bandwidth_Bps,
                                  reduction_s_per_B=gamma_s_per_B if name == "all_reduce" else 0.0,
                                  overhead_s=overheads.get(name, 0.0))
-             for name in ("all_reduce", "gather", "scatter")}
+             for name in ("all_reduce", "gather", "scatter", "broadcast")}
     return Profile(
         schema_version=1, metadata={"source": "tests"}, model_name="toy", input_shape=(3, 32, 32),
         params=params,

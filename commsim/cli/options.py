@@ -39,6 +39,14 @@ NoOverlapOpt = typer.Option(False, "--no-overlap", help="DDP what-if: launch eve
 AlgorithmOpt = typer.Option(None, "--algorithm", help="Collective algorithm: ring, "
                             "recursive_doubling, rabenseifner, tree, hierarchical (ring/ddp); "
                             "linear, binomial (ps).")
+SyncEveryOpt = typer.Option(1, "--sync-every", min=1, help="Local gradient aggregation: "
+                            "accumulate k iterations, sync once (Horovod "
+                            "backward_passes_per_step, DDP no_sync).")
+GroupSizeOpt = typer.Option(None, "--group-size", min=1, help="Average within groups of g ranks "
+                            "(2: pairwise) instead of all.")
+CompressOpt = typer.Option(None, "--compress", help="DDP gradient compression: fp16.")
+NoBufferOpt = typer.Option(False, "--no-buffer-broadcast", help="DDP what-if: "
+                           "broadcast_buffers=False (no batch-norm statistics each forward).")
 EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des), "
                          "fast (the DES's answers in seconds at any scale), des (discrete-event, "
                          "every message) or analytic (closed forms, homogeneous clusters only).")
@@ -70,7 +78,8 @@ def _factor(text: str) -> float:
 
 def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ranks_per_host,
              cores_per_host, shared_cpu_cores, straggler, slow_link, no_overlap,
-             algorithm=None) -> Scenario:
+             algorithm=None, sync_every=1, group_size=None, compress=None,
+             no_buffer_broadcast=False) -> Scenario:
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")
     if not bucket_mb > 0 or bucket_mb == float("inf"):
@@ -88,7 +97,9 @@ def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ran
         shared_cpu_cores=shared_cpu_cores,
         stragglers=_pairs(straggler, "straggler", _factor),
         slow_links_Bps=_pairs(slow_link, "slow-link", parse_rate_Bps),
-        overlap=not no_overlap, algorithm=algorithm)
+        overlap=not no_overlap, algorithm=algorithm, sync_every=sync_every,
+        group_size=group_size, compression=compress,
+        broadcast_buffers=not no_buffer_broadcast)
 
 
 def parse_latency(text: str) -> float:

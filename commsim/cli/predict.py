@@ -61,6 +61,10 @@ def predict(
     slow_link: Optional[List[str]] = o.SlowLinkOpt,
     no_overlap: bool = o.NoOverlapOpt,
     algorithm: Optional[str] = o.AlgorithmOpt,
+    sync_every: int = o.SyncEveryOpt,
+    group_size: Optional[int] = o.GroupSizeOpt,
+    compress: Optional[str] = o.CompressOpt,
+    no_buffer_broadcast: bool = o.NoBufferOpt,
     engine: str = o.EngineOpt,
     per_rank: bool = typer.Option(False, "--per-rank", help="Also list every rank."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -74,7 +78,8 @@ def predict(
                     bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
                     cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
                     straggler=straggler, slow_link=slow_link, no_overlap=no_overlap,
-                    algorithm=algorithm)
+                    algorithm=algorithm, sync_every=sync_every, group_size=group_size,
+                    compress=compress, no_buffer_broadcast=no_buffer_broadcast)
     result = run(prof, strategy, nodes, sc, engine=engine)
     if json_out:
         typer.echo(o.dumps(result.to_dict(per_rank=per_rank)))
@@ -97,6 +102,13 @@ def predict(
     typer.echo(f"per rank: sent {fmt_bytes(r.bytes_sent_per_rank)} (busiest "
                f"{fmt_bytes(r.bytes_sent_max)}), algbw {fmt_rate(r.algbw_Bps)}, busbw "
                f"{fmt_rate(r.busbw_Bps)}, busiest link {r.link_utilization:.0%} used")
+    if r.buffer_bytes_sent_per_rank or r.startup_bytes_received_per_rank:
+        typer.echo(f"of which buffer broadcast {fmt_bytes(r.buffer_bytes_sent_per_rank)}/iteration;"
+                   f" once at start: parameters+buffers "
+                   f"{fmt_bytes(r.startup_bytes_received_per_rank)} per rank")
+    if r.sync_every > 1:
+        typer.echo(f"local aggregation: one sync every {r.sync_every} iterations; figures are "
+                   "per iteration (the cycle / k)")
     if per_rank:
         typer.echo("")
         typer.echo(text_table(list(r.per_rank), columns=(
@@ -120,6 +132,10 @@ def sweep(
     cores_per_host: Optional[float] = o.CoresOpt,
     shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
     algorithm: Optional[str] = o.AlgorithmOpt,
+    sync_every: int = o.SyncEveryOpt,
+    group_size: Optional[int] = o.GroupSizeOpt,
+    compress: Optional[str] = o.CompressOpt,
+    no_buffer_broadcast: bool = o.NoBufferOpt,
     engine: str = o.EngineOpt,
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -139,7 +155,9 @@ def sweep(
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
                     cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=None, slow_link=None, no_overlap=False, algorithm=algorithm)
+                    straggler=None, slow_link=None, no_overlap=False, algorithm=algorithm,
+                    sync_every=sync_every, group_size=group_size, compress=compress,
+                    no_buffer_broadcast=no_buffer_broadcast)
     skipped: list = []
     rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine, skipped=skipped)]
     if skipped:

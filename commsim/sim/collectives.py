@@ -182,7 +182,8 @@ def binomial_reduce(ctx: SimContext, rank: int, nbytes: float, ranks):
         mask <<= 1
 
 
-def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks):
+def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks,
+                       kind: str = "gradients"):
     """Binomial tree from ranks[0]: receive once from the parent, then send to each child in
     decreasing distance."""
     i, p = ranks.index(rank), len(ranks)
@@ -194,8 +195,23 @@ def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks):
         mask = low >> 1
     while mask >= 1:
         if i + mask < p:
-            yield ctx.send(rank, ranks[i + mask], nbytes)
+            yield ctx.send(rank, ranks[i + mask], nbytes, kind)
         mask >>= 1
+
+
+def broadcast_buffers(ctx: SimContext, rank: int, nbytes: float):
+    """DDP's buffer sync before forward: one coalesced broadcast from rank 0 (binomial tree).
+
+    Modelling choice: every rank leaves when the whole tree is done.  A real rank leaves when it
+    has its copy; the difference is a few latencies for kilobytes of batch-norm statistics, and
+    keeping ranks aligned lets the fast engine stay exact at any scale.
+    """
+    if ctx.world <= 1 or nbytes <= 0:
+        return
+    with ctx.collective(rank, "broadcast buffers", nbytes):
+        yield from ctx.wait(ctx.costs.overhead("broadcast"))
+        yield from binomial_broadcast(ctx, rank, nbytes, tuple(range(ctx.world)), kind="buffers")
+        yield ctx.together("broadcast buffers")
 
 
 def tree_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str = "all_reduce",

@@ -31,6 +31,7 @@ class SimContext:
             self._cpus = [ProcessorSharingCPU(self.env, c.cores_per_host) for _ in range(c.hosts)]
         self.rec = Recorder(self.world, c.hosts, timeline)
         self.net = Network(self.env, c, self.rec)
+        self._latches: dict[str, list] = {}
 
     @property
     def now(self) -> float:
@@ -50,8 +51,8 @@ class SimContext:
         """CPU work of the communication library (reductions, scaling): one thread."""
         yield self.cpu_of(rank).run(work_s, 1)
 
-    def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
-        return self.net.send(src, dst, nbytes)
+    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> simpy.Event:
+        return self.net.send(src, dst, nbytes, kind)
 
     def recv(self, dst: int, src: int) -> simpy.Event:
         return self.net.recv(dst, src)
@@ -73,6 +74,16 @@ class SimContext:
         finally:
             self.rec.comm_end(rank, self.now)
             self.rec.comm(rank, name, start, self.now, bytes=nbytes)
+
+    def together(self, key: str, ranks: int | None = None) -> simpy.Event:
+        """An event that fires once ``ranks`` (default: all) ranks have asked for ``key``:
+        everyone leaves at the time the last one arrives."""
+        need = self.world if ranks is None else ranks
+        latch = self._latches.setdefault(key, [0, self.env.event()])
+        latch[0] += 1
+        if latch[0] == need:
+            latch[1].succeed()
+        return latch[1]
 
     def finish(self, rank: int) -> None:
         self.rec.finish_s[rank] = self.now

@@ -104,9 +104,9 @@ class Network:
         self.intra_bw = cluster.intra_host_bandwidth_Bps
         self.intra_lat = cluster.intra_host_latency_s
 
-    def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
+    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> simpy.Event:
         done = self.env.event()
-        self._sends[(src, dst)].append((nbytes, done))
+        self._sends[(src, dst)].append((nbytes, kind, done))
         self._match(src, dst)
         return done
 
@@ -119,11 +119,11 @@ class Network:
     def _match(self, src: int, dst: int) -> None:
         sends, recvs = self._sends[(src, dst)], self._recvs[(src, dst)]
         while sends and recvs:
-            nbytes, send_done = sends.popleft()
+            nbytes, kind, send_done = sends.popleft()
             recv_done = recvs.popleft()
-            self.env.process(self._transfer(src, dst, nbytes, (send_done, recv_done)))
+            self.env.process(self._transfer(src, dst, nbytes, kind, (send_done, recv_done)))
 
-    def _transfer(self, src: int, dst: int, nbytes: float, done: tuple):
+    def _transfer(self, src: int, dst: int, nbytes: float, kind: str, done: tuple):
         c = self.cluster
         hs, hd = c.host_of(src), c.host_of(dst)
         if hs == hd:
@@ -142,7 +142,7 @@ class Network:
                     yield self.env.timeout(nbytes / bw)
                     self.rec.nic(hs, hd, src, dst, nbytes, start, self.env.now)
             yield self.env.timeout(c.nic_latency_s)
-        self.rec.bytes(src, dst, nbytes)
+        self.rec.bytes(src, dst, nbytes, kind)
         for ev in done:
             ev.succeed()
 
@@ -162,6 +162,7 @@ class Recorder:
         self.nic_tx_busy_s = [0.0] * hosts
         self.nic_rx_busy_s = [0.0] * hosts
         self.finish_s = [0.0] * world
+        self.buffer_sent = [0.0] * world       # of ``sent``: DDP's buffer broadcast
         self._comm_depth = [0] * world
         self._comm_since = [0.0] * world
 
@@ -197,6 +198,8 @@ class Recorder:
             self.intervals.append(Interval("rx", hd, f"{src}->{dst}", start, end,
                                            {"bytes": nbytes}))
 
-    def bytes(self, src: int, dst: int, nbytes: float) -> None:
+    def bytes(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> None:
         self.sent[src] += nbytes
         self.received[dst] += nbytes
+        if kind == "buffers":
+            self.buffer_sent[src] += nbytes

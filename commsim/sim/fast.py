@@ -66,6 +66,9 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return "it does not record a timeline"
     if spec.algorithm not in (None, "ring", "linear"):
         return f"it models the default algorithms only, not {spec.algorithm!r}"
+    if spec.sync_every != 1 or spec.group_size is not None or spec.compression is not None:
+        return "it does not model local aggregation, group averaging or compression"
+
     if c.shared_cpu_cores is not None:
         return "ranks sharing one CPU pool interleave at event granularity"
     if c.ranks_per_host > 1:
@@ -239,10 +242,42 @@ def _ring_allreduce(lay: _Layout, costs: CostInputs, start, backward_end, nbytes
 
 # -- strategies ---------------------------------------------------------------------------------------
 
+def _buffer_broadcast(spec: RunSpec, costs: CostInputs):
+    """DDP's buffer broadcast (``collectives.broadcast_buffers``): a binomial tree from rank 0,
+    every rank leaving when it is done.  Returns (end time, bytes sent per rank, per host tx,
+    per host rx); level by level, O(p log p)."""
+    c = spec.cluster
+    p, n = spec.world_size, float(costs.buffer_bytes)
+    if spec.strategy != "ddp" or not spec.broadcast_buffers or p <= 1 or n <= 0:
+        return 0.0, None, None, None
+    host = np.arange(p) // c.ranks_per_host
+    bw = _host_bandwidths(c)
+    intra_lat, intra_bw = _intra(c)
+    busy = np.full(p, costs.overhead("broadcast"))   # when each rank can send (has the data)
+    sent = np.zeros(p)
+    tx, rx = np.zeros(c.hosts), np.zeros(c.hosts)
+    mask = 1 << max(0, (p - 1).bit_length() - 1)
+    while mask >= 1:
+        src = np.arange(0, p - mask, 2 * mask)
+        dst = src + mask
+        same = host[src] == host[dst]
+        cost = np.where(same, intra_lat + n / intra_bw,
+                        c.nic_latency_s + n / np.minimum(bw[host[src]], bw[host[dst]]))
+        done = np.maximum(busy[src], busy[dst]) + cost
+        busy[src] = done
+        busy[dst] = done
+        sent[src] += n
+        np.add.at(tx, host[src][~same], n)
+        np.add.at(rx, host[dst][~same], n)
+        mask >>= 1
+    return float(busy.max()), sent, tx, rx
+
+
 def _ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
     """single, ring (every tensor after backward) and ddp (buckets overlapping backward)."""
     p, f, a = lay.p, lay.factor, lay.a
-    forward = costs.forward_s * f / a
+    t0, buf_sent, buf_tx, buf_rx = _buffer_broadcast(spec, costs)
+    forward = t0 + costs.forward_s * f / a
     backward_work = costs.backward_s * f
     backward_end = forward + backward_work / a
     optimizer = costs.optimizer_s * f / a
@@ -274,7 +309,8 @@ def _ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
                 synced, _ = _ring_allreduce(lay, costs, synced, None, nbytes)
             comm = synced - backward_end
     finish = synced + optimizer
-    compute = forward + (backward_end - forward) + optimizer
+    compute = (forward - t0) + (backward_end - forward) + optimizer
+    comm = comm + t0
     # Bytes: every rank sends and receives 2(p-1) chunks of every tensor; a host's NIC carries
     # those of its ring edge that leaves (enters) it.
     per_rank = sum(2 * (p - 1) * (n / p) for n in sizes) if p > 1 else 0.0
@@ -284,7 +320,13 @@ def _ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
     crossing = host != ((ranks + 1) % p) // c.ranks_per_host
     tx = np.bincount(host[crossing], minlength=c.hosts) * per_rank
     rx = np.bincount(((ranks + 1) % p)[crossing] // c.ranks_per_host, minlength=c.hosts) * per_rank
-    return _timing(p, finish, compute, comm, np.full(p, per_rank), np.full(p, per_rank), tx, rx)
+    sent = np.full(p, per_rank)
+    received = np.full(p, per_rank)
+    if buf_sent is not None:
+        sent = sent + buf_sent
+        received = received + np.where(np.arange(p) > 0, float(costs.buffer_bytes), 0.0)
+        tx, rx = tx + buf_tx, rx + buf_rx
+    return _timing(p, finish, compute, comm, sent, received, tx, rx)
 
 
 def _PS(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:

@@ -77,8 +77,21 @@ def get_strategy(name: str) -> Strategy:
                         f"{', '.join(sorted(REGISTRY))}") from None
 
 
+def accumulate(ctx, rank: int):
+    """The k-1 local steps of gradient accumulation (no sync) before the synchronised one."""
+    for step in range(ctx.spec.sync_every - 1):
+        yield from ctx.compute(rank, "forward", ctx.costs.forward_s, local_step=step)
+        yield from ctx.compute(rank, "backward", ctx.costs.backward_s, local_step=step)
+
+
+def accumulation_s(spec: RunSpec, costs: CostInputs) -> float:
+    """Closed form of ``accumulate``: (k-1)·(forward + backward)."""
+    return (spec.sync_every - 1) * (costs.forward_s + costs.backward_s)
+
+
 def forward_backward(ctx, rank: int):
-    """Forward then backward at the rank's batch size (the part every strategy shares)."""
+    """Accumulation steps, then forward and backward of the synchronised step."""
+    yield from accumulate(ctx, rank)
     yield from ctx.compute(rank, "forward", ctx.costs.forward_s)
     yield from ctx.compute(rank, "backward", ctx.costs.backward_s)
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from commsim import closed_form as cf
 from commsim.errors import UserError
 from commsim.sim.collectives import GATHER_SCATTER
-from commsim.strategies.base import Strategy, Timing, forward_backward, register
+from commsim.strategies.base import (Strategy, Timing, accumulation_s, forward_backward,
+                                     register)
 
 
 @register
@@ -24,6 +25,12 @@ class ParameterServer(Strategy):
 
     def bus_factor(self, p):
         return cf.ps_bus_factor(p)
+
+    def check(self, spec):
+        super().check(spec)
+        if spec.group_size is not None or spec.compression is not None:
+            raise UserError("ps averages through rank 0 over all ranks: --group-size and "
+                            "--compress apply to ring and ddp")
 
     def rank_process(self, ctx, rank):
         yield from forward_backward(ctx, rank)
@@ -41,7 +48,8 @@ class ParameterServer(Strategy):
         comm = sum(cf.ps_sync_s(n, p, costs.alpha_s, costs.beta_s_per_B, costs.gamma_s_per_B,
                                 costs.overhead("gather"), costs.overhead("scatter"))
                    for n in costs.param_bytes)
-        compute = costs.forward_s + costs.backward_s + costs.optimizer_s
+        compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
+                   + costs.optimizer_s)
         iteration = compute + comm
         model = costs.model_bytes if p > 1 else 0
         root_bytes = (p - 1) * model

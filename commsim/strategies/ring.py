@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from commsim import closed_form as cf
 from commsim.sim.collectives import ALLREDUCE
-from commsim.strategies.base import (Strategy, forward_backward, register,
+from commsim.errors import UserError
+from commsim.strategies.base import (Strategy, accumulation_s, forward_backward, register,
                                      require_uniform_bytes, uniform_timing)
 
 
@@ -24,21 +25,32 @@ class Ring(Strategy):
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
 
+    def check(self, spec):
+        super().check(spec)
+        if spec.compression is not None:
+            raise UserError("--compress applies to ddp's buckets (its comm hook), not to ring")
+        if spec.algorithm == "hierarchical" and spec.group_size is not None:
+            raise UserError("--group-size with the hierarchical algorithm is not modelled")
+
     def rank_process(self, ctx, rank):
         yield from forward_backward(ctx, rank)
         allreduce = ALLREDUCE[self.algorithm(ctx.spec)]
+        group = ctx.spec.group_of(rank)
         for i, nbytes in enumerate(ctx.costs.param_bytes):
-            yield from allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}")
+            yield from allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}", ranks=group)
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
     def analytic(self, spec, costs):
-        p = spec.world_size
+        p = spec.group_size or spec.world_size
         alg = self.algorithm(spec)
         comm = sum(cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta_s_per_B,
                                   costs.gamma_s_per_B, costs.overhead("all_reduce"))
                    + cf.scale_s(n, p, costs.gamma_s_per_B) for n in costs.param_bytes)
-        compute = costs.forward_s + costs.backward_s + costs.optimizer_s
+        compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
+                   + costs.optimizer_s)
         require_uniform_bytes(alg, p)
         per_rank = sum(cf.allreduce_bytes_per_rank(alg, n, p) for n in costs.param_bytes)
-        return uniform_timing(p, compute + comm, compute, comm, per_rank, per_rank)
+        if spec.world_size % p:
+            raise UserError("--engine analytic: groups of unequal size; use --engine des")
+        return uniform_timing(spec.world_size, compute + comm, compute, comm, per_rank, per_rank)

@@ -5,7 +5,8 @@ Steps: forward, backward, optimizer step.  The reference every speedup is measur
 from __future__ import annotations
 
 from commsim.errors import UserError
-from commsim.strategies.base import Strategy, forward_backward, register, uniform_timing
+from commsim.strategies.base import (Strategy, accumulation_s, forward_backward, register,
+                                     uniform_timing)
 
 
 @register
@@ -24,5 +25,6 @@ class Single(Strategy):
         ctx.finish(rank)
 
     def analytic(self, spec, costs):
-        compute = costs.forward_s + costs.backward_s + costs.optimizer_s
+        compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
+                   + costs.optimizer_s)
         return uniform_timing(1, compute, compute, 0.0, 0.0, 0.0)

@@ -1,0 +1,96 @@
+"""What-ifs from the seed documents: local aggregation, group averaging, fp16 compression and
+DDP's buffer broadcast, each against its closed form and (where it runs) the fast engine."""
+from dataclasses import replace
+
+import pytest
+
+from commsim import closed_form as cf
+from commsim.profile import ParamSpec
+from commsim.spec import RunSpec, default_cluster
+from commsim.simulate import simulate
+from profiles import make_profile
+
+ALPHA, BW, GAMMA = 5e-5, 125e6, 2e-10
+PROFILE = make_profile(param_bytes=(4000, 1_000_000), latency_s=ALPHA, bandwidth_Bps=BW,
+                       gamma_s_per_B=GAMMA, overheads={"all_reduce": 3e-4, "broadcast": 2e-4})
+WITH_BUFFERS = replace(PROFILE, buffers=(ParamSpec("bn.running_mean", 512, 2048),
+                                         ParamSpec("bn.running_var", 512, 2048)))
+
+
+def spec(strategy, nodes, profile=PROFILE, cores=4, **kw):
+    cluster_kw = {k: kw.pop(k) for k in ("slow_links_Bps", "ranks_per_host") if k in kw}
+    cluster = default_cluster(profile, nodes, cores_per_host=cores, **cluster_kw)
+    return RunSpec(strategy=strategy, cluster=cluster,
+                   global_batch=64 * cluster.world_size, **kw)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
+@pytest.mark.parametrize("strategy", ["ring", "ps", "ddp"])
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_local_aggregation_equals_closed_form_and_cuts_bytes(strategy, k, nodes):
+    s = spec(strategy, nodes, sync_every=k, broadcast_buffers=False)
+    des = simulate(s, PROFILE, engine="des")
+    ana = simulate(s, PROFILE, engine="analytic")
+    assert rel(des.iteration_s, ana.iteration_s) < 1e-9
+    assert rel(des.bytes_sent_per_rank, ana.bytes_sent_per_rank) < 1e-9
+    once = simulate(spec(strategy, nodes, broadcast_buffers=False), PROFILE, engine="des")
+    assert des.bytes_sent_per_rank == pytest.approx(once.bytes_sent_per_rank / k, rel=1e-12)
+    if k > 1:
+        assert des.iteration_s < once.iteration_s      # sync amortised over k iterations
+
+
+@pytest.mark.parametrize("strategy", ["ring", "ddp"])
+@pytest.mark.parametrize("nodes, g", [(4, 2), (8, 2), (8, 4), (6, 3)])
+def test_group_averaging_is_an_allreduce_of_g_ranks(strategy, nodes, g):
+    s = spec(strategy, nodes, group_size=g, broadcast_buffers=False)
+    des = simulate(s, PROFILE, engine="des")
+    assert rel(des.iteration_s, simulate(s, PROFILE, engine="analytic").iteration_s) < 1e-9
+    assert des.bytes_sent_per_rank == pytest.approx(
+        sum(cf.ring_bytes_per_rank(n, g) for n in (4000, 1_000_000)), rel=1e-12)
+    everyone = simulate(spec(strategy, nodes, broadcast_buffers=False), PROFILE)
+    assert des.bytes_sent_per_rank < everyone.bytes_sent_per_rank
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 8])
+def test_fp16_halves_the_wire_and_matches_closed_form(nodes):
+    s = spec("ddp", nodes, compression="fp16", broadcast_buffers=False)
+    des = simulate(s, PROFILE, engine="des")
+    assert rel(des.iteration_s, simulate(s, PROFILE, engine="analytic").iteration_s) < 1e-9
+    full = simulate(spec("ddp", nodes, broadcast_buffers=False), PROFILE, engine="des")
+    assert des.bytes_sent_per_rank == pytest.approx(full.bytes_sent_per_rank / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5, 8, 16])
+@pytest.mark.parametrize("variant", ["plain", "straggler", "slow_link", "two_per_host"])
+def test_buffer_broadcast_fast_equals_des(nodes, variant):
+    kw = {}
+    if variant == "straggler":
+        kw["stragglers"] = {nodes - 1: 1.7}
+    elif variant == "slow_link":
+        kw["slow_links_Bps"] = {nodes // 2: BW / 5}
+    elif variant == "two_per_host":
+        kw["ranks_per_host"] = 2
+    s = spec("ddp", nodes, WITH_BUFFERS, cores=8, **kw)
+    des = simulate(s, WITH_BUFFERS, engine="des")
+    fast = simulate(s, WITH_BUFFERS, engine="fast")
+    for field in ("iteration_s", "comm_s", "compute_s", "bytes_sent_per_rank", "bytes_sent_max",
+                  "bytes_received_per_rank", "link_utilization"):
+        assert rel(getattr(des, field), getattr(fast, field)) < 1e-9, field
+
+
+def test_buffer_broadcast_costs_a_tree_and_its_bytes_are_counted():
+    s = spec("ddp", 8, WITH_BUFFERS)
+    with_b = simulate(s, WITH_BUFFERS, engine="des")
+    without = simulate(replace(s, broadcast_buffers=False), WITH_BUFFERS, engine="des")
+    tree = 2e-4 + cf.binomial_broadcast_s(4096, 8, ALPHA, 1 / BW)
+    assert with_b.iteration_s - without.iteration_s == pytest.approx(tree, rel=1e-9)
+    # every rank but the root receives the buffers once
+    assert with_b.bytes_received_per_rank - without.bytes_received_per_rank == \
+        pytest.approx(4096 * 7 / 8, rel=1e-12)
+    assert with_b.buffer_bytes_sent_per_rank == pytest.approx(4096 * 7 / 8, rel=1e-12)
+    assert with_b.startup_bytes_received_per_rank == pytest.approx(
+        (WITH_BUFFERS.model_bytes + 4096) * 7 / 8, rel=1e-12)
