@@ -13,8 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import os
-import tempfile
-from pathlib import Path
 from typing import Callable, Iterable
 
 FIXED_EPOCH = 0
@@ -51,19 +49,3 @@ def render_pdf(pages: Iterable[Callable[[], object]], *, title: str) -> bytes:
     return buf.getvalue()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, force: bool = False) -> None:
-    """``commsim.profile.atomic_write_text`` for bytes: temp file + rename, no silent overwrite."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise FileExistsError(f"{p} exists; pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -18,7 +18,7 @@ from typing import Sequence
 from commsim.analysis import compare, fits, tables, timeline
 from commsim.api import Scenario
 from commsim.errors import UserError
-from commsim.profile import Profile, atomic_write_text
+from commsim.profile import Profile, atomic_write_bytes, atomic_write_text
 from commsim.table import csv_text
 from commsim.units import fmt_bytes, fmt_rate, fmt_time
 
@@ -233,7 +233,6 @@ def output_paths(data: ReportData, out: Path, csv_dir: Path | None,
 def write_report(data: ReportData, out: str | Path, *, csv_dir: str | Path | None = None,
                  json_dir: str | Path | None = None, force: bool = False) -> list[Path]:
     """Write the PDF and the tables; refuse (before writing anything) to overwrite files."""
-    from commsim.analysis.pdf import atomic_write_bytes
 
     csv_dir = None if csv_dir is None else Path(csv_dir)
     json_dir = None if json_dir is None else Path(json_dir)

@@ -37,7 +37,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 

@@ -420,22 +420,31 @@ def load_default() -> Profile:
     return load(default_profile_path())
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> None:
-    """Write via a temporary file and rename; refuse to replace an existing file without force."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, force: bool = False) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file and a crash
+    never leaves one; refuse to replace an existing file without ``force``."""
     p = Path(path)
     if p.exists() and not force:
         raise FileExistsError(f"{p} exists; pass --force to overwrite it")
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; give the file the mode a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), force=force)
 
 
 def save(profile: Profile, path: str | os.PathLike, *, force: bool = False) -> None:
