@@ -12,6 +12,7 @@ The same ``run_rank`` also runs in-process under torchrun (``launch.run_from_env
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -68,6 +69,43 @@ def _init_error(exc: BaseException, rank: int, addr: str, port: int, timeout_s: 
     return RunFailed(f"rank {rank}: init_process_group via {addr}:{port} failed: {text[:200]}")
 
 
+def check_master(rank: int, addr: str, port: int, timeout_s: float) -> None:
+    """Fail within ``timeout_s`` (one line naming the address) when the master is unreachable.
+
+    torch's TCPStore retries a failed connect once more after its whole timeout (plus a random
+    delay), so a wrong MASTER_ADDR took 2-3x the timeout (81 s at 30 s) to be reported.  Rank 0
+    only checks that the address is one of this host's (the store listens there); the others
+    retry a plain TCP connect until the master answers or the deadline passes."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    if rank == 0:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((addr, 0))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise UserError(f"rank 0: master address {addr} is not an address of this "
+                                    f"host (rank 0 must run where MASTER_ADDR points)") from None
+                if isinstance(exc, socket.gaierror):
+                    raise UserError(f"rank 0: master address {addr!r} does not resolve: "
+                                    f"{exc.strerror}") from None
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((addr, port), timeout=max(0.1, min(left, 5.0))):
+                return
+        except socket.gaierror as exc:
+            raise UserError(f"rank {rank}: master address {addr!r} does not resolve: "
+                            f"{exc.strerror}") from None
+        except OSError as exc:
+            if time.monotonic() + 0.2 >= deadline:
+                raise RunFailed(f"rank {rank}: master {addr}:{port} did not answer within "
+                                f"{timeout_s:g} s ({exc.strerror or exc}); is the address right "
+                                f"and rank 0 up?") from None
+        time.sleep(0.2)
+
+
 def run_rank(worker: str, config: dict, *, rank: int, world_size: int, master_addr: str,
              master_port: int, timeout_s: float, threads: int | None = None,
              out_dir: str | Path | None = None) -> dict:
@@ -78,6 +116,8 @@ def run_rank(worker: str, config: dict, *, rank: int, world_size: int, master_ad
 
     fn = load_factory(worker)
     runtime = set_threads(threads) if threads else runtime_info()
+    if world_size > 1:
+        check_master(rank, master_addr, master_port, timeout_s)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{master_port}",
                                 rank=rank, world_size=world_size,
