@@ -17,17 +17,19 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shlex
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 from commsim.calibrate import collectives as C
 from commsim.calibrate import compute as K
@@ -46,6 +48,8 @@ QUICK_SIZES = C.log_sizes(4, 256 << 10, 16)
 GRAD_READY_BATCH = 64
 SAMPLES_SUFFIX = ".samples.jsonl"
 WORKER = "commsim.calibrate.runner:calibrate_rank"
+# How often ranks waiting for a long solo phase check that the others are alive.
+HEARTBEAT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -173,16 +177,17 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     hosts: list[Any] = [None] * world_size
     dist.all_gather_object(hosts, socket.gethostname())
     colocated = hosts.count(hosts[rank])
-    # Waiting for rank 0's solo phases can take minutes: a group with that timeout (the
-    # default group keeps the short one, so a dead link during collectives is found quickly).
-    wait_group = dist.new_group(timeout=timedelta(seconds=float(config["phase_timeout_s"])))
+    # Waiting for rank 0's solo phases can take minutes, longer than any collective timeout:
+    # the ranks heartbeat on their own group meanwhile, so a dead link is still found quickly.
+    beat_s = float(config["collective_timeout_s"])
+    beat_group = dist.new_group(timeout=timedelta(seconds=beat_s))
     bench = K.ComputeBench(lambda: build_model(config["model"]), tuple(config["input_shape"]))
     spec = K.ComputeSpec(model=config["model"], input_shape=tuple(config["input_shape"]),
                          batch_sizes=tuple(config["batch_sizes"]), **config.get("compute", {}))
 
     # a. alone
-    if rank == 0 or colocated == 1:
-        for i, b in enumerate(spec.batch_sizes):
+    with heartbeat(beat_group, beat_s):
+        for i, b in enumerate(spec.batch_sizes if rank == 0 or colocated == 1 else ()):
             if ("compute", "alone", b) in done:
                 continue
             rec = K.measure_batch(bench, b, warmup=spec.warmup, reps=spec.reps,
@@ -191,7 +196,6 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             say(f"compute alone   batch {b:4d} ({i + 1}/{len(spec.batch_sizes)}): "
                 f"fwd {_med(rec['forward_s'])} bwd {_med(rec['backward_s'])} "
                 f"opt {_med(rec['optimizer_s'])}")
-    dist.barrier(group=wait_group)
 
     # b. contended: all co-located ranks at once
     if colocated > 1:
@@ -201,7 +205,10 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             if ("compute", "contended", b) in done:
                 continue
             dist.barrier()
-            rec = K.measure_batch(bench, b, warmup=1, reps=int(config.get("contended_reps", 1)))
+            # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
+            with heartbeat(beat_group, beat_s):
+                rec = K.measure_batch(bench, b, warmup=1,
+                                      reps=int(config.get("contended_reps", 1)))
             per_rank: list[Any] = [None] * world_size
             dist.all_gather_object(per_rank, rec)
             merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
@@ -213,9 +220,9 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     del bench
 
     # c. local reduction cost
-    if rank == 0 and ("reduction",) not in done:
-        keep({"kind": "reduction", **K.measure_reduction()})
-    dist.barrier(group=wait_group)
+    with heartbeat(beat_group, beat_s):
+        if rank == 0 and ("reduction",) not in done:
+            keep({"kind": "reduction", **K.measure_reduction()})
 
     # d. collectives
     cspec = C.CollectiveSpec(sizes_bytes=tuple(config["sizes_bytes"]),
@@ -239,6 +246,50 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
 
     return {"rank": 0, "records": records, "ranks_per_host": colocated, "hosts": hosts,
             "runtime": runtime_info()}
+
+
+@contextlib.contextmanager
+def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Run the block on every rank of ``group``, however long each rank takes, without ever
+    waiting longer than the group's (short) timeout for a message.
+
+    A thread on every rank all-reduces (MIN) "my block is done" every ``period_s`` until all
+    are, so the ranks leave together (a barrier) and a rank that dies or loses its link stops
+    the others' heartbeats within ``timeout_s`` (the group's timeout).  A rank whose heartbeat
+    fails exits at once: its main thread may be busy measuring for minutes."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_world_size(group) < 2:
+        yield
+        return
+    finished = threading.Event()
+    # Several beats per timeout, so a rank waiting on a slow peer's sleep never times out.
+    period = min(period_s, timeout_s / 4)
+
+    def beat() -> None:
+        try:
+            while True:
+                flag = torch.tensor([1 if finished.is_set() else 0], dtype=torch.int32)
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+                if int(flag) == 1:
+                    return
+                finished.wait(period)  # wakes at once when this rank's block ends
+        except BaseException as exc:  # noqa: BLE001 - any failure ends this rank
+            from commsim.calibrate.worker import EXIT_FAILED
+
+            text = " ".join(str(exc).split())[:200]
+            print(f"rank {dist.get_rank()}: heartbeat with the other ranks failed: {text}",
+                  file=sys.stderr, flush=True)
+            os._exit(EXIT_FAILED)
+
+    thread = threading.Thread(target=beat, name="commsim-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        thread.join()
 
 
 def _threads() -> int:
@@ -356,7 +407,6 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
     config = {"model": opts.model, "input_shape": list(opts.input_shape),
               "batch_sizes": list(opts.batches), "sizes_bytes": list(opts.sizes),
               "samples_path": str(samples_path(opts.out).resolve()), "done": done,
-              "phase_timeout_s": opts.timeout_s,
               "collective_timeout_s": opts.collective_timeout_s,
               "compute": {"reps": 2, "warmup": 1} if opts.quick else {},
               "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {}}
