@@ -7,7 +7,8 @@ Algorithm (``validate``):
 2. For every link rate, every strategy and every node count of the grid: run ``commsim live``
    (real training, first iteration discarded, median over iterations of the slowest rank) and
    ``commsim predict`` with the cluster the live run really had: all ranks share this machine's
-   cores (``shared_cpu_cores``), each with the threads the live run gave it, and the link at that
+   cores (``shared_cpu_cores``) and slow each other as much as calibration measured when all
+   of them computed at once (``cpu_efficiency`` at the run's batch), and the link is at that
    rate scaled by the efficiency the calibration measured (fitted bandwidth / shaped rate).
 3. Each cell gets predicted, measured median and spread, and the signed error
    100·(predicted − measured)/measured.  The summary gives the median, 90th percentile and max of
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
+from commsim.spec import measured_cpu_efficiency
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,12 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
         efficiency = (profile.network.bandwidth_Bps / calibrated_rate) if calibrated_rate else 1.0
         bandwidth = rate_Bps * min(1.0, efficiency)
     del threads_per_rank  # the profile's compute was measured with the same per-rank threads
+    batch = grid.batch_per_rank or grid.global_batch // nodes
     return Scenario(global_batch=None if grid.batch_per_rank else grid.global_batch,
                     batch_per_rank=grid.batch_per_rank,
                     bucket_bytes=max(1, round(grid.bucket_mb * 1024 * 1024)),
-                    bandwidth_Bps=bandwidth, shared_cpu_cores=cores)
+                    bandwidth_Bps=bandwidth, shared_cpu_cores=cores,
+                    cpu_efficiency=measured_cpu_efficiency(profile, batch))
 
 
 def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 10.0,

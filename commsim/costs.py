@@ -26,6 +26,17 @@ class CostInputs:
     grad_ready_fraction: tuple[float, ...]
     buckets: tuple[Bucket, ...]         # DDP launch order
     buffer_bytes: int = 0               # DDP broadcasts these from rank 0 before every forward
+    wire_factor: dict = None            # collective -> link time per byte vs a plain message
+    input_shape: tuple = (3, 32, 32)    # one sample (dp scatters inputs)
+    output_width: int = 10              # outputs per sample (dp gathers outputs)
+
+    def wire(self, collective: str) -> float:
+        """How much longer a byte of ``collective`` holds a NIC than a plain message's byte:
+        the link bandwidth over the bandwidth the collective's calibration fit reached."""
+        return (self.wire_factor or {}).get(collective, 1.0)
+
+    def beta(self, collective: str) -> float:
+        return self.beta_s_per_B * self.wire(collective)
 
     @property
     def model_bytes(self) -> int:
@@ -55,4 +66,19 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         buckets=assign_buckets(profile.params, profile.grad_ready_fraction,
                                spec.bucket_bytes, spec.first_bucket_bytes),
         buffer_bytes=profile.buffer_bytes,
+        wire_factor=wire_factors(profile),
+        input_shape=tuple(profile.input_shape),
+        output_width=profile.params[-1].numel,   # the classifier's bias: one per class
     )
+
+
+def wire_factors(profile: Profile) -> dict:
+    """Per collective: point-to-point link bandwidth / the collective's fitted bandwidth, at
+    least 1.  A fit slower than the link means the calibrated system could not drive the link
+    at full rate inside that collective (CPU-bound Gloo threads, co-located ranks)."""
+    out = {}
+    link = profile.network.bandwidth_Bps
+    for name, fit in profile.collectives.items():
+        if name != "send_recv" and fit.bandwidth_Bps > 0:
+            out[name] = max(1.0, link / fit.bandwidth_Bps)
+    return out

@@ -30,6 +30,10 @@ class ClusterSpec:
     shared_cpu_cores:     if set, every rank of every host shares ONE pool of this many cores
                           (an emulated cluster on one machine); cores_per_host is then ignored.
     slow_links_Bps:       host -> NIC bandwidth for hosts whose link is slower (what-if).
+    cpu_efficiency:       (busy threads, efficiency) points: beyond processor sharing, how much
+                          slower every thread runs when that many are busy on one pool (memory
+                          bandwidth, caches, SMT), linear in between; () = 1.  Measured by
+                          calibration (all co-located ranks computing at once vs one alone).
     """
     hosts: int
     nic_bandwidth_Bps: float
@@ -40,8 +44,13 @@ class ClusterSpec:
     intra_host_latency_s: float | None = None
     shared_cpu_cores: float | None = None
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
+    cpu_efficiency: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self):
+        for threads, eff in self.cpu_efficiency:
+            _check_pos("CPU efficiency threads", threads)
+            if not 0 < eff <= 1:
+                raise UserError(f"CPU efficiency must be in (0, 1], got {eff!r}")
         _check_int("nodes", self.hosts, 1)
         _check_int("ranks per host", self.ranks_per_host, 1)
         _check_pos("bandwidth", self.nic_bandwidth_Bps)
@@ -181,7 +190,8 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
                     bandwidth_Bps: float | None = None, latency_s: float | None = None,
                     cores_per_host: float | None = None,
                     shared_cpu_cores: float | None = None,
-                    slow_links_Bps: Mapping[int, float] | None = None) -> ClusterSpec:
+                    slow_links_Bps: Mapping[int, float] | None = None,
+                    cpu_efficiency: tuple = ()) -> ClusterSpec:
     """A cluster of ``hosts`` machines like the calibrated one, with what-if overrides.
 
     By default each rank gets the cores its compute was measured with (no CPU contention beyond
@@ -198,7 +208,34 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
         intra_host_bandwidth_Bps=net.intra_host_bandwidth_Bps,
         intra_host_latency_s=net.intra_host_latency_s,
         shared_cpu_cores=shared_cpu_cores,
-        slow_links_Bps=dict(slow_links_Bps or {}))
+        slow_links_Bps=dict(slow_links_Bps or {}), cpu_efficiency=tuple(cpu_efficiency))
+
+
+def measured_cpu_efficiency(profile: Profile,
+                            batch: float | None = None) -> tuple[tuple[float, float], ...]:
+    """Efficiency points from calibration: every co-located rank computing at once (contended)
+    against one alone, beyond what processor sharing of the host's cores explains, at the
+    per-rank ``batch`` (caches and memory bandwidth make it depend on the batch), or pooled over
+    the measured batch sizes when None."""
+    from commsim.profile import interpolate
+    cont = profile.compute.contended
+    cores = profile.metadata.get("shared_cpu_cores") or profile.metadata.get("cores")
+    if not cont or not cores or not cont.get("batch_sizes"):
+        return ()
+    t = profile.compute.threads_per_rank
+    busy = cont.get("ranks", 1) * t
+    sizes = tuple(cont["batch_sizes"])
+    batches = sizes if batch is None else (batch,)
+    alone = contended = 0.0
+    for b in batches:
+        for phase in ("forward", "backward", "optimizer"):
+            alone += profile.compute.time_s(phase, b)
+            contended += interpolate(sizes, tuple(cont[f"{phase}_s"]), b)
+    if not (alone > 0 and contended > 0) or busy <= t:
+        return ()
+    sharing = min(1.0, cores / busy)
+    eff = min(1.0, (alone / contended) / sharing)
+    return ((float(t), 1.0), (float(busy), eff))
 
 
 def _check_int(what: str, value, minimum: int) -> None:

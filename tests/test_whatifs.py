@@ -94,3 +94,34 @@ def test_buffer_broadcast_costs_a_tree_and_its_bytes_are_counted():
     assert with_b.buffer_bytes_sent_per_rank == pytest.approx(4096 * 7 / 8, rel=1e-12)
     assert with_b.startup_bytes_received_per_rank == pytest.approx(
         (WITH_BUFFERS.model_bytes + 4096) * 7 / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 4, 8])
+def test_dataparallel_equals_its_closed_form(nodes):
+    s = spec("dp", nodes)
+    des = simulate(s, PROFILE, engine="des")
+    ana = simulate(s, PROFILE, engine="analytic")
+    assert rel(des.iteration_s, ana.iteration_s) < 1e-9
+    assert rel(des.bytes_sent_max, ana.bytes_sent_max) < 1e-9
+    assert simulate(s, PROFILE, engine="auto").engine == "des"
+
+
+def test_dataparallel_device0_carries_the_model_twice_per_other_device():
+    r = simulate(spec("dp", 4), PROFILE, engine="des")
+    model = PROFILE.model_bytes
+    inputs = 64 * 3 * 32 * 32 * 4
+    outputs = 64 * PROFILE.params[-1].numel * 4
+    assert r.bytes_sent_max == pytest.approx(3 * (inputs + model + outputs), rel=1e-12)
+    assert r.critical_rank == 0
+
+
+def test_tune_finds_the_bucket_that_minimises_iteration_time():
+    from commsim.api import Scenario, tune_buckets
+    rows = tune_buckets(PROFILE, 4, Scenario(cores_per_host=4), candidates_mb=(0.001, 0.01, 25))
+    assert [r["iteration_s"] for r in rows] == sorted(r["iteration_s"] for r in rows)
+    best = rows[0]
+    again = simulate(spec("ddp", 4, bucket_bytes=max(1, round(best["bucket_mb"] * 1024 * 1024)),
+                          first_bucket_bytes=1024 * 1024 if best["mode"] == "ddp" else
+                          max(1, round(best["bucket_mb"] * 1024 * 1024))), PROFILE)
+    assert again.iteration_s == pytest.approx(best["iteration_s"], rel=1e-12)
+    assert {r["mode"] for r in rows} == {"ddp", "fusion"}

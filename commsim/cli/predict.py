@@ -15,6 +15,46 @@ def register(app: typer.Typer) -> None:
     app.command(help="Predict strategies x node counts in one table.")(sweep)
     app.command(help="Which all-reduce algorithm is fastest for a tensor of a given size.")(
         algorithms)
+    app.command(help="Find the DDP bucket size (and Horovod-style fusion threshold) that "
+                     "minimises iteration time on a cluster.")(tune)
+
+
+def tune(
+    nodes: int = typer.Option(..., "--nodes", min=2, help="Hosts in the cluster."),
+    profile: Optional[Path] = o.ProfileOpt,
+    global_batch: Optional[int] = o.GlobalBatchOpt,
+    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
+    bandwidth: Optional[str] = o.BandwidthOpt,
+    latency: Optional[str] = o.LatencyOpt,
+    ranks_per_host: int = o.RanksPerHostOpt,
+    cores_per_host: Optional[float] = o.CoresOpt,
+    algorithm: Optional[str] = o.AlgorithmOpt,
+    top: int = typer.Option(10, "--top", min=1, help="Rows to show."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    from commsim.api import tune_buckets
+    from commsim.table import text_table
+    from commsim.units import fmt_time
+
+    prof = o.load_profile(profile)
+    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=25.0,
+                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
+                    cores_per_host=cores_per_host, shared_cpu_cores=None, straggler=None,
+                    slow_link=None, no_overlap=False, algorithm=algorithm)
+    rows = tune_buckets(prof, nodes, sc)
+    if json_out:
+        typer.echo(o.dumps(rows))
+        return
+    default = next(r for r in rows if r["mode"] == "ddp" and r["bucket_mb"] == 25)
+    best = rows[0]
+    typer.echo(text_table(rows[:top], columns=(
+        ("mode", "mode", str), ("bucket MiB", "bucket_mb", lambda v: f"{v:g}"),
+        ("buckets", "buckets", str), ("iteration", "iteration_s", fmt_time),
+        ("exposed", "exposed_comm_s", fmt_time), ("overlap", "overlap_fraction",
+                                                  lambda v: f"{v:.0%}"))))
+    typer.echo(f"\nbest: {best['mode']} with {best['bucket_mb']:g} MiB buckets, "
+               f"{fmt_time(best['iteration_s'])} per iteration vs {fmt_time(default['iteration_s'])}"
+               f" with DDP's default 25 MiB ({default['iteration_s'] / best['iteration_s']:.2f}x)")
 
 
 def algorithms(

@@ -62,9 +62,9 @@ def gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root: int = 0
             yield ctx.all_of(ctx.recv(root, r) for r in others)
             yield from ctx.cpu(rank, p * nbytes * costs.gamma_s_per_B)
             yield from ctx.wait(costs.overhead("scatter"))
-            yield ctx.all_of(ctx.send(root, r, nbytes) for r in others)
+            yield ctx.all_of(ctx.send(root, r, nbytes, collective="scatter") for r in others)
         else:
-            yield ctx.send(rank, root, nbytes)
+            yield ctx.send(rank, root, nbytes, collective="gather")
             yield from ctx.wait(costs.overhead("scatter"))
             yield ctx.recv(rank, root)
 
@@ -183,7 +183,7 @@ def binomial_reduce(ctx: SimContext, rank: int, nbytes: float, ranks):
 
 
 def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks,
-                       kind: str = "gradients"):
+                       kind: str = "gradients", collective: str = "all_reduce"):
     """Binomial tree from ranks[0]: receive once from the parent, then send to each child in
     decreasing distance."""
     i, p = ranks.index(rank), len(ranks)
@@ -195,7 +195,7 @@ def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks,
         mask = low >> 1
     while mask >= 1:
         if i + mask < p:
-            yield ctx.send(rank, ranks[i + mask], nbytes, kind)
+            yield ctx.send(rank, ranks[i + mask], nbytes, kind, collective)
         mask >>= 1
 
 
@@ -210,7 +210,8 @@ def broadcast_buffers(ctx: SimContext, rank: int, nbytes: float):
         return
     with ctx.collective(rank, "broadcast buffers", nbytes):
         yield from ctx.wait(ctx.costs.overhead("broadcast"))
-        yield from binomial_broadcast(ctx, rank, nbytes, tuple(range(ctx.world)), kind="buffers")
+        yield from binomial_broadcast(ctx, rank, nbytes, tuple(range(ctx.world)), kind="buffers",
+                                      collective="broadcast")
         yield ctx.together("broadcast buffers")
 
 
@@ -264,7 +265,7 @@ def binomial_gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root
         held, mask = 1, 1                       # buffers this rank holds
         while mask < p:
             if i & mask:
-                yield ctx.send(rank, ranks[i - mask], held * nbytes)
+                yield ctx.send(rank, ranks[i - mask], held * nbytes, collective="gather")
                 break
             if i + mask < p:
                 yield ctx.recv(rank, ranks[i + mask])
@@ -281,7 +282,8 @@ def binomial_gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root
             mask = low >> 1
         while mask >= 1:
             if i + mask < p:
-                yield ctx.send(rank, ranks[i + mask], min(mask, p - i - mask) * nbytes)
+                yield ctx.send(rank, ranks[i + mask], min(mask, p - i - mask) * nbytes,
+                               collective="scatter")
             mask >>= 1
 
 

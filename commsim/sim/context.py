@@ -25,10 +25,11 @@ class SimContext:
         self.env = simpy.Environment()
         c = spec.cluster
         if c.shared_cpu_cores is not None:
-            pool = ProcessorSharingCPU(self.env, c.shared_cpu_cores)
+            pool = ProcessorSharingCPU(self.env, c.shared_cpu_cores, c.cpu_efficiency)
             self._cpus = [pool] * c.hosts
         else:
-            self._cpus = [ProcessorSharingCPU(self.env, c.cores_per_host) for _ in range(c.hosts)]
+            self._cpus = [ProcessorSharingCPU(self.env, c.cores_per_host, c.cpu_efficiency)
+                          for _ in range(c.hosts)]
         self.rec = Recorder(self.world, c.hosts, timeline)
         self.net = Network(self.env, c, self.rec)
         self._latches: dict[str, list] = {}
@@ -51,8 +52,9 @@ class SimContext:
         """CPU work of the communication library (reductions, scaling): one thread."""
         yield self.cpu_of(rank).run(work_s, 1)
 
-    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> simpy.Event:
-        return self.net.send(src, dst, nbytes, kind)
+    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients",
+             collective: str = "all_reduce") -> simpy.Event:
+        return self.net.send(src, dst, nbytes, kind, self.costs.wire(collective))
 
     def recv(self, dst: int, src: int) -> simpy.Event:
         return self.net.recv(dst, src)

@@ -37,9 +37,10 @@ class Interval:
 class ProcessorSharingCPU:
     """Cores shared by jobs; exact processor sharing, event-driven (no time slicing)."""
 
-    def __init__(self, env: simpy.Environment, cores: float):
+    def __init__(self, env: simpy.Environment, cores: float, efficiency: tuple = ()):
         self.env = env
         self.cores = float(cores)
+        self.efficiency = tuple(efficiency)
         self.jobs: dict[int, list] = {}   # id -> [remaining_work, threads, done_event]
         self._next_id = 0
         self._last = 0.0
@@ -47,7 +48,8 @@ class ProcessorSharingCPU:
 
     def _rate(self) -> float:
         busy = sum(job[1] for job in self.jobs.values())
-        return 1.0 if busy <= self.cores else self.cores / busy
+        share = 1.0 if busy <= self.cores else self.cores / busy
+        return share * cpu_efficiency(self.efficiency, busy)
 
     def _advance(self) -> None:
         now = self.env.now
@@ -90,6 +92,16 @@ class ProcessorSharingCPU:
         return done
 
 
+def cpu_efficiency(points: tuple, busy: float) -> float:
+    """Piecewise-linear efficiency at ``busy`` threads; 1 before the first point, flat after."""
+    if not points or busy <= points[0][0]:
+        return 1.0
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if busy <= x1:
+            return y0 + (y1 - y0) * (busy - x0) / (x1 - x0)
+    return points[-1][1]
+
+
 class Network:
     """Hosts' NIC directions and rendezvous matching of point-to-point messages."""
 
@@ -104,9 +116,11 @@ class Network:
         self.intra_bw = cluster.intra_host_bandwidth_Bps
         self.intra_lat = cluster.intra_host_latency_s
 
-    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> simpy.Event:
+    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients",
+             slowdown: float = 1.0) -> simpy.Event:
+        """``slowdown`` >= 1: the collective's measured efficiency on the wire (calibration)."""
         done = self.env.event()
-        self._sends[(src, dst)].append((nbytes, kind, done))
+        self._sends[(src, dst)].append((nbytes, kind, slowdown, done))
         self._match(src, dst)
         return done
 
@@ -119,11 +133,13 @@ class Network:
     def _match(self, src: int, dst: int) -> None:
         sends, recvs = self._sends[(src, dst)], self._recvs[(src, dst)]
         while sends and recvs:
-            nbytes, kind, send_done = sends.popleft()
+            nbytes, kind, slowdown, send_done = sends.popleft()
             recv_done = recvs.popleft()
-            self.env.process(self._transfer(src, dst, nbytes, kind, (send_done, recv_done)))
+            self.env.process(self._transfer(src, dst, nbytes, kind, slowdown,
+                                            (send_done, recv_done)))
 
-    def _transfer(self, src: int, dst: int, nbytes: float, kind: str, done: tuple):
+    def _transfer(self, src: int, dst: int, nbytes: float, kind: str, slowdown: float,
+                  done: tuple):
         c = self.cluster
         hs, hd = c.host_of(src), c.host_of(dst)
         if hs == hd:
@@ -139,7 +155,7 @@ class Network:
                     yield rx_req
                     start = self.env.now
                     bw = min(c.bandwidth_of(hs), c.bandwidth_of(hd))
-                    yield self.env.timeout(nbytes / bw)
+                    yield self.env.timeout(nbytes * slowdown / bw)
                     self.rec.nic(hs, hd, src, dst, nbytes, start, self.env.now)
             yield self.env.timeout(c.nic_latency_s)
         self.rec.bytes(src, dst, nbytes, kind)

@@ -64,6 +64,10 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     c = spec.cluster
     if timeline:
         return "it does not record a timeline"
+    if spec.strategy not in ("single", "ps", "ring", "ddp"):
+        return f"it does not model strategy {spec.strategy!r}"
+    if c.cpu_efficiency:
+        return "it does not model a CPU efficiency curve"
     if spec.algorithm not in (None, "ring", "linear"):
         return f"it models the default algorithms only, not {spec.algorithm!r}"
     if spec.sync_every != 1 or spec.group_size is not None or spec.compression is not None:
@@ -107,6 +111,7 @@ class _Layout:
     factor: np.ndarray
     edge_lat_s: np.ndarray
     edge_Bps: np.ndarray
+    edge_intra: np.ndarray
     a: float
     b: float
     r: float
@@ -153,7 +158,7 @@ def _layout(spec: RunSpec, costs: CostInputs) -> _Layout:
     cores = c.cores_per_host
     return _Layout(p=p, size=size, factor=factor,
                    edge_lat_s=np.where(same, intra_lat, c.nic_latency_s),
-                   edge_Bps=np.where(same, intra_bw, np.minimum(bw[hs], bw[hd])),
+                   edge_Bps=np.where(same, intra_bw, np.minimum(bw[hs], bw[hd])), edge_intra=same,
                    a=_cpu_rate(cores, t), b=_cpu_rate(cores, 1), r=_cpu_rate(cores, t + 1))
 
 
@@ -232,7 +237,8 @@ def _ring_allreduce(lay: _Layout, costs: CostInputs, start, backward_end, nbytes
     p = lay.p
     post = start + costs.overhead("all_reduce")
     chunk = nbytes / p
-    edge_s = lay.edge_lat_s + chunk / lay.edge_Bps
+    edge_s = lay.edge_lat_s + chunk * np.where(lay.edge_intra, 1.0, costs.wire("all_reduce")) \
+        / lay.edge_Bps
     post, backward_end = _phase(post, backward_end, p - 1, edge_s, chunk * costs.gamma_s_per_B,
                                 lay)
     post, backward_end = _phase(post, backward_end, p - 1, edge_s, 0.0, lay)
@@ -262,7 +268,8 @@ def _buffer_broadcast(spec: RunSpec, costs: CostInputs):
         dst = src + mask
         same = host[src] == host[dst]
         cost = np.where(same, intra_lat + n / intra_bw,
-                        c.nic_latency_s + n / np.minimum(bw[host[src]], bw[host[dst]]))
+                        c.nic_latency_s + n * costs.wire("broadcast")
+                        / np.minimum(bw[host[src]], bw[host[dst]]))
         done = np.maximum(busy[src], busy[dst]) + cost
         busy[src] = done
         busy[dst] = done
@@ -346,7 +353,9 @@ def _PS(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
     alpha = c.nic_latency_s
     t = backward_end.copy()
     for n in costs.param_bytes if p > 1 else ():
-        wire = n / np.minimum(bw[host[1:]], bw[0])        # transfer time of each sender's n bytes
+        link = np.minimum(bw[host[1:]], bw[0])
+        wire = n * costs.wire("gather") / link         # transfer time of each sender's n bytes
+        wire_out = n * costs.wire("scatter") / link
         local = intra_lat + n / intra_bw
         post = t + o_gather
         match = np.maximum(post[1:], post[0])
@@ -361,7 +370,7 @@ def _PS(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
         scatter = gathered + (mean_work / lay.b if mean_work > 0 else 0.0) + o_scatter
         delivered = np.empty(p - 1)
         delivered[~inter] = scatter + local
-        delivered[inter] = scatter + np.cumsum(wire[inter]) + alpha
+        delivered[inter] = scatter + np.cumsum(wire_out[inter]) + alpha
         t = np.concatenate(([delivered.max()], delivered))
     comm = t - backward_end if p > 1 else np.zeros(p)
     model = float(costs.model_bytes) if p > 1 else 0.0

@@ -100,7 +100,7 @@ class DistributedDataParallel(Strategy):
         for bucket in costs.buckets:
             ready = start_fwd + fwd + (bucket.ready_fraction if spec.overlap else 1.0) * bwd
             n = bucket.bytes / 2 if fp16 else bucket.bytes
-            cost = cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta_s_per_B,
+            cost = cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta("all_reduce"),
                                   costs.gamma_s_per_B, costs.overhead("all_reduce"))
             cost += (2 * bucket.bytes * costs.gamma_s_per_B if fp16
                      else cf.scale_s(bucket.bytes, p, costs.gamma_s_per_B))

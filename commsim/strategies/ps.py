@@ -45,8 +45,10 @@ class ParameterServer(Strategy):
         if self.algorithm(spec) == "binomial":
             raise UserError("--engine analytic: binomial gather/scatter puts uneven bytes on "
                             "ranks; use --engine des")
-        comm = sum(cf.ps_sync_s(n, p, costs.alpha_s, costs.beta_s_per_B, costs.gamma_s_per_B,
-                                costs.overhead("gather"), costs.overhead("scatter"))
+        a, g = costs.alpha_s, costs.gamma_s_per_B
+        comm = sum(cf.linear_gather_s(n, p, a, costs.beta("gather"), costs.overhead("gather"))
+                   + cf.mean_on_root_s(n, p, g)
+                   + cf.linear_scatter_s(n, p, a, costs.beta("scatter"), costs.overhead("scatter"))
                    for n in costs.param_bytes)
         compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
                    + costs.optimizer_s)

@@ -44,7 +44,7 @@ class Ring(Strategy):
     def analytic(self, spec, costs):
         p = spec.group_size or spec.world_size
         alg = self.algorithm(spec)
-        comm = sum(cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta_s_per_B,
+        comm = sum(cf.allreduce_s(alg, n, p, costs.alpha_s, costs.beta("all_reduce"),
                                   costs.gamma_s_per_B, costs.overhead("all_reduce"))
                    + cf.scale_s(n, p, costs.gamma_s_per_B) for n in costs.param_bytes)
         compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
