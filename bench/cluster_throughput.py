@@ -120,8 +120,8 @@ def main() -> int:
             short_rows += [(rate, size, t, size / rate, floor) for size, t in times.items()]
     finally:
         cluster.down(PREFIX)
-    print(f"\nshort messages after 10 ms idle (fastest of 15, minus the fastest 8 B round trip; "
-          f"TCP/IP headers make ~96% the ideal):")
+    print("\nshort messages after 10 ms idle (fastest of 15, minus the fastest 8 B round trip; "
+          "TCP/IP headers make ~96% the ideal):")
     print(f"{'rate':>12}  {'8 B rtt':>10}  {'bytes':>8}  {'measured':>10}  {'size/rate':>10}  "
           f"{'apparent rate':>13}")
     for rate, size, t, ideal, floor in short_rows:

@@ -114,9 +114,11 @@ def _survivor(ranks, j):
     return ranks[2 * j + 1] if j < r else ranks[j + r]
 
 
-def recursive_doubling_allreduce(ctx: SimContext, rank: int, nbytes: float,
-                                 name: str = "all_reduce", ranks=None, average: bool = True):
-    """Recursive doubling: in step k exchange the whole buffer with the rank 2^k away and add."""
+def _folded_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str, ranks, average: bool,
+                      power_of_two):
+    """The frame both doubling algorithms share: call overhead, MPICH's fold for non-powers of
+    two around ``power_of_two(j, q)`` (run by the q surviving ranks, j the rank's index among
+    them), then the divide by p."""
     ranks = tuple(ranks) if ranks is not None else tuple(range(ctx.world))
     if len(ranks) <= 1:
         return
@@ -125,45 +127,47 @@ def recursive_doubling_allreduce(ctx: SimContext, rank: int, nbytes: float,
         yield from ctx.wait(ctx.costs.overhead("all_reduce"))
         j = yield from _fold_in(ctx, rank, ranks, nbytes, gamma)
         if j is not None:
-            q = 1 << (len(ranks).bit_length() - 1)
-            mask = 1
-            while mask < q:
-                partner = _survivor(ranks, j ^ mask)
-                yield from _exchange(ctx, rank, partner, nbytes, nbytes)
-                yield from ctx.cpu(rank, nbytes * gamma)
-                mask <<= 1
+            yield from power_of_two(ranks, j, 1 << (len(ranks).bit_length() - 1))
         yield from _fold_out(ctx, rank, ranks, nbytes, sat_out=j is None)
         if average:
             yield from ctx.cpu(rank, nbytes * gamma)
+
+
+def recursive_doubling_allreduce(ctx: SimContext, rank: int, nbytes: float,
+                                 name: str = "all_reduce", ranks=None, average: bool = True):
+    """Recursive doubling: in step k exchange the whole buffer with the rank 2^k away and add."""
+    gamma = ctx.costs.gamma_s_per_B
+
+    def doubling(ranks, j, q):
+        mask = 1
+        while mask < q:
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ mask), nbytes, nbytes)
+            yield from ctx.cpu(rank, nbytes * gamma)
+            mask <<= 1
+
+    yield from _folded_allreduce(ctx, rank, nbytes, name, ranks, average, doubling)
 
 
 def rabenseifner_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str = "all_reduce",
                            ranks=None, average: bool = True):
     """Rabenseifner: reduce-scatter by recursive halving (halves of the current segment with the
     rank q/2, q/4, ... away), then all-gather by recursive doubling (segments doubling back)."""
-    ranks = tuple(ranks) if ranks is not None else tuple(range(ctx.world))
-    if len(ranks) <= 1:
-        return
     gamma = ctx.costs.gamma_s_per_B
-    with ctx.collective(rank, name, nbytes):
-        yield from ctx.wait(ctx.costs.overhead("all_reduce"))
-        j = yield from _fold_in(ctx, rank, ranks, nbytes, gamma)
-        if j is not None:
-            q = 1 << (len(ranks).bit_length() - 1)
-            seg, dist = nbytes, q // 2
-            while dist >= 1:
-                seg /= 2
-                yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
-                yield from ctx.cpu(rank, seg * gamma)
-                dist //= 2
-            dist = 1
-            while dist < q:
-                yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
-                seg *= 2
-                dist *= 2
-        yield from _fold_out(ctx, rank, ranks, nbytes, sat_out=j is None)
-        if average:
-            yield from ctx.cpu(rank, nbytes * gamma)
+
+    def halving_doubling(ranks, j, q):
+        seg, dist = nbytes, q // 2
+        while dist >= 1:
+            seg /= 2
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
+            yield from ctx.cpu(rank, seg * gamma)
+            dist //= 2
+        dist = 1
+        while dist < q:
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
+            seg *= 2
+            dist *= 2
+
+    yield from _folded_allreduce(ctx, rank, nbytes, name, ranks, average, halving_doubling)
 
 
 def binomial_reduce(ctx: SimContext, rank: int, nbytes: float, ranks):
