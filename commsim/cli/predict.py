@@ -86,7 +86,7 @@ def algorithms(
 
 
 def predict(
-    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
+    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring, ddp or dp."),
     nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
     profile: Optional[Path] = o.ProfileOpt,
     global_batch: Optional[int] = o.GlobalBatchOpt,

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def trace(
-    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
+    strategy: str = typer.Option(..., "--strategy", help="single, ps, ring, ddp or dp."),
     nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
     out: Path = typer.Option(..., "--out", dir_okay=False, help="Trace file to write (JSON)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
@@ -32,6 +32,11 @@ def trace(
     straggler: Optional[List[str]] = o.StragglerOpt,
     slow_link: Optional[List[str]] = o.SlowLinkOpt,
     no_overlap: bool = o.NoOverlapOpt,
+    algorithm: Optional[str] = o.AlgorithmOpt,
+    sync_every: int = o.SyncEveryOpt,
+    group_size: Optional[int] = o.GroupSizeOpt,
+    compress: Optional[str] = o.CompressOpt,
+    no_buffer_broadcast: bool = o.NoBufferOpt,
 ) -> None:
     from commsim.analysis.trace import trace_json
     from commsim.api import predict
@@ -44,7 +49,9 @@ def trace(
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
                     cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap)
+                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap,
+                    algorithm=algorithm, sync_every=sync_every, group_size=group_size,
+                    compress=compress, no_buffer_broadcast=no_buffer_broadcast)
     result = predict(prof, strategy, nodes, sc, timeline=True)
     atomic_write_text(out, trace_json(result), force=force)
     typer.echo(f"wrote {out}: {result.strategy} on {result.nodes} node(s), one iteration of "
