@@ -54,5 +54,9 @@ def trace(
                     compress=compress, no_buffer_broadcast=no_buffer_broadcast)
     result = predict(prof, strategy, nodes, sc, timeline=True)
     atomic_write_text(out, trace_json(result), force=force)
-    typer.echo(f"wrote {out}: {result.strategy} on {result.nodes} node(s), one iteration of "
-               f"{fmt_time(result.iteration_s)}; open it in https://ui.perfetto.dev")
+    k = result.sync_every
+    span = (f"one iteration of {fmt_time(result.iteration_s)}" if k == 1 else
+            f"one cycle of {k} iterations ({fmt_time(result.iteration_s * k)}: {k - 1} local "
+            "then one synchronised)")
+    typer.echo(f"wrote {out}: {result.strategy} on {result.nodes} node(s), {span}; open it in "
+               "https://ui.perfetto.dev")
