@@ -165,11 +165,13 @@ OTHER_VALUES = {
 @st.composite
 def other_argv(draw):
     cmd = draw(st.sampled_from(sorted(POISON)))
+    poison = draw(st.sampled_from(POISON[cmd]))
+    # Never the poisoned option again: a later occurrence would override the bad value.
+    others = sorted(set(OTHER_VALUES) - {poison[0]})
     args = []
-    for opt in draw(st.lists(st.sampled_from(sorted(OTHER_VALUES)), max_size=6)):
+    for opt in draw(st.lists(st.sampled_from(others), max_size=6)):
         values = OTHER_VALUES[opt]
         args += [opt] + ([draw(st.sampled_from(values + JUNK))] if values else [])
-    poison = draw(st.sampled_from(POISON[cmd]))
     at = draw(st.integers(0, len(args)))
     return cmd.split() + args[:at] + poison + args[at:]
 
