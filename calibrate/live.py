@@ -497,6 +497,7 @@ def aggregate(per_rank: list[dict], cfg: LiveConfig) -> dict:
     out = {"strategy": cfg.strategy, "nodes": nodes, "global_batch": batch * nodes,
            "batch_per_rank": batch, **rank_max,
            "iterations": cfg.iterations, "threads_per_rank": per_rank[0]["threads"],
+           "seed": cfg.seed,  # with the config, the run can be repeated exactly
            "loss": losses, "test_loss": per_rank[0]["test_loss"],
            "test_accuracy": per_rank[0]["test_accuracy"],
            "rank_max": rank_max, "rank_mean": rank_mean, "per_rank": per_rank}
