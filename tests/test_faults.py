@@ -400,3 +400,33 @@ class TestOnTheCluster:
             squat.wait()
         record("cluster: master port in use", outcome)
         assert_clean_exit(outcome, 2, rf"{addr}:29500.*in use")
+
+
+# --------------------------------------------------------------------------- determinism
+# (simulate's determinism is held by tests/test_properties.py.)
+
+def test_live_training_depends_only_on_its_explicit_seed(monkeypatch):
+    """Same seed, same losses and parameters, whatever the ambient torch RNG state; another
+    seed, other ones; and the seed is recorded in the run's result."""
+    import torch
+
+    from commsim.calibrate import live
+
+    # The worker would pin this (pytest's) process's threads for the tests after us: don't.
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(live, "pin_threads", lambda cfg: threads)
+
+    cfg = live.LiveConfig(strategy="single", batch_per_rank=4, iterations=2, model=SMALL,
+                          synthetic_size=64, seed=3, threads_per_rank=1)
+
+    def train(c):
+        r = live.live_worker(0, 1, c.to_dict())
+        return r["loss"], r["params_checksum"]
+
+    first = train(cfg)
+    torch.manual_seed(12345)
+    torch.rand(1000)  # disturb the global generator: the run must not depend on it
+    assert train(cfg) == first
+    assert train(live.LiveConfig(**{**cfg.to_dict(), "seed": 4})) != first
+    per_rank = live.live_worker(0, 1, cfg.to_dict())
+    assert live.aggregate([per_rank], cfg)["seed"] == 3
