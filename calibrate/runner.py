@@ -278,9 +278,11 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
         except BaseException as exc:  # noqa: BLE001 - any failure ends this rank
             from commsim.calibrate.worker import EXIT_FAILED
 
-            text = " ".join(str(exc).split())[:200]
-            print(f"rank {dist.get_rank()}: heartbeat with the other ranks failed: {text}",
-                  file=sys.stderr, flush=True)
+            from commsim.calibrate.worker import print_last_line
+
+            rank = dist.get_rank()
+            print_last_line(rank, RunFailed(f"rank {rank}: heartbeat with the other ranks "
+                                            f"failed: {exc}"))
             os._exit(EXIT_FAILED)
 
     thread = threading.Thread(target=beat, name="commsim-heartbeat", daemon=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -172,19 +173,27 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     except UserError as exc:
-        _last_line(rank, exc)
+        print_last_line(rank, exc)
         return EXIT_USER_ERROR
     except BaseException as exc:  # the parent shows the last line; keep it one line
         if os.environ.get("COMMSIM_WORKER_TRACEBACK"):
             import traceback
             traceback.print_exc()
-        _last_line(rank, exc)
+        print_last_line(rank, exc)
         return EXIT_FAILED
     return 0
 
 
-def _last_line(rank: int, exc: BaseException) -> None:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+# Gloo/c10d prefix their messages with the C++ source location: noise in a one-line error.
+_SOURCE_RE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+
+
+def print_last_line(rank: int, exc: BaseException) -> None:
+    """The rank's error as one stderr line (the launcher reports a failed rank's last line)."""
+    text = _SOURCE_RE.sub("", " ".join(str(exc).split())) or type(exc).__name__
+    if "timed out waiting" in text.lower():
+        text += " (no answer from a peer within the collective timeout: a rank died or a link " \
+                "is down)"
     if not text.startswith(f"rank {rank}"):
         text = f"rank {rank}: {type(exc).__name__}: {text}"
     print(text, file=sys.stderr, flush=True)
