@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,6 +46,7 @@ POLL_S = 0.1
 # was killed) is reported rather than a peer's "connection reset".
 SETTLE_S = 0.3
 KILL_GRACE_S = 2.0
+_C10_LOG_RE = re.compile(r"\[[IWEF]\d{4} \d")
 
 
 @dataclass(frozen=True)
@@ -238,7 +240,8 @@ def _last_line(log: Path) -> str:
         lines = [ln.strip() for ln in log.read_text("utf-8", "replace").splitlines()]
     except OSError:
         return ""
-    lines = [ln for ln in lines if ln]
+    # c10d's own log lines ("[W1122 02:55:53.61 socket.cpp:207] ...") are not the rank's error.
+    lines = [ln for ln in lines if ln and not _C10_LOG_RE.match(ln)]
     return lines[-1][:300] if lines else ""
 
 
