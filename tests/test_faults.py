@@ -41,7 +41,7 @@ PREFIX = f"csimf{os.getpid() % 100000}"
 RATE = "1gbit"
 SMALL = "commsim.calibrate.live:small_cnn"
 EXIT_BOUND_S = 60.0
-COLLECTIVE_TIMEOUT = "5"  # short Gloo timeouts keep link/master faults cheap to test
+COLLECTIVE_TIMEOUT = "3"  # short Gloo timeouts keep link/master faults cheap to test
 WORKER_MODULE = "commsim.calibrate.worker"
 LOG_ENV = "COMMSIM_FAULTS_LOG"
 
@@ -362,7 +362,7 @@ class TestOnTheCluster:
         calibrate_fault_then_resume(tmp_path, "cluster calibrate: link of node 1 down "
                                     "(compute phase)", emulate=True, action=link_down(1),
                                     names=r"rank \d", marker='"mode": "alone"',
-                                    batches="2,1024",
+                                    batches="2,512",
                                     after=lambda: cluster.set_link(1, True, PREFIX))
 
     def test_live_rank_sigkilled_mid_run(self, tmp_path):
