@@ -16,12 +16,14 @@ Used by ``commsim calibrate`` and by live training.  ``launch``:
 
 Never hangs: Gloo's own timeout (``collective_timeout_s``) bounds rendezvous and every
 collective inside the ranks, and the parent's ``timeout_s`` bounds the whole run.  Children
-are killed on every way out of ``launch`` (including KeyboardInterrupt), so none is orphaned.
+are killed on every way out of ``launch`` (including KeyboardInterrupt and SIGTERM), and
+die with the launcher if it is SIGKILLed (PR_SET_PDEATHSIG), so none is orphaned.
 
 ``from_env``/``run_from_env``: under torchrun the current process is the rank.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +50,7 @@ POLL_S = 0.1
 SETTLE_S = 0.3
 KILL_GRACE_S = 2.0
 _C10_LOG_RE = re.compile(r"\[[IWEF]\d{4} \d")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -141,12 +145,41 @@ def launch(worker: str, config: dict, *, nodes: int, emulate: "ClusterInfo | Non
     atomic_write_text(spec_path, json.dumps(spec, allow_nan=False), force=True)
     children: list[_Child] = []
     try:
-        for r in range(nodes):
-            children.append(_start(r, nodes, spec_path, out, addr, port, threads, emulate))
-        _watch(children, timeout_s, progress if progress is not None else sys.stderr)
+        with _terminate_raises():
+            for r in range(nodes):
+                children.append(_start(r, nodes, spec_path, out, addr, port, threads, emulate))
+            _watch(children, timeout_s, progress if progress is not None else sys.stderr)
     finally:
         _kill_all(children)
     return [_read_result(out / f"rank{r}.json", r) for r in range(nodes)]
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """SIGTERM (kill, a batch system's time limit) raises RunFailed while the ranks run, so
+    ``launch`` still kills them on the way out; Python's default would just exit, orphaning
+    them (they run in their own sessions)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise RunFailed(f"interrupted by {signal.Signals(signum).name}; every rank was killed")
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: no such safety net
+        pass
 
 
 @dataclass
@@ -179,7 +212,7 @@ def _start(rank: int, world: int, spec_path: Path, out: Path, addr: str, port: i
     fh = open(log, "wb")
     try:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
     except OSError as exc:
         fh.close()
         raise UserError(f"cannot start rank {rank} ({argv[0]}): {exc.strerror or exc}") from None
