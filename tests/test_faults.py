@@ -74,12 +74,12 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def _stray_workers(tag: str) -> list[psutil.Process]:
-    """Rank processes anywhere on the machine whose command line names ``tag`` (our tmp dir)."""
+def _stray_workers(cwd: str) -> list[psutil.Process]:
+    """Rank processes anywhere on the machine started from ``cwd`` (the test's tmp dir, which
+    the CLI runs in and its ranks inherit), reparented or not."""
     found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if WORKER_MODULE in cmd and tag in cmd and p.pid != os.getpid():
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        if WORKER_MODULE in " ".join(p.info["cmdline"] or []) and p.info["cwd"] == cwd:
             found.append(p)
     return found
 
@@ -299,6 +299,7 @@ def _torchrun_env(rank: int, addr: str, port: int) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- local scenarios
 
+@pytest.mark.skipif(_can_build(), reason="TestOnTheCluster kills a live rank (cheaper: once)")
 def test_local_live_rank_sigkilled_mid_run(tmp_path):
     outcome = run_cli(_live_args(False), tmp_path, fault=WhenTraining(1, sigkill))
     record("local live: SIGKILL rank 1", outcome)
@@ -430,3 +431,19 @@ def test_live_training_depends_only_on_its_explicit_seed(monkeypatch):
     assert train(live.LiveConfig(**{**cfg.to_dict(), "seed": 4})) != first
     per_rank = live.live_worker(0, 1, cfg.to_dict())
     assert live.aggregate([per_rank], cfg)["seed"] == 3
+
+
+# --------------------------------------------------------------------------- the launcher dies
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_ranks_die_with_their_launcher(tmp_path, sig):
+    """A launcher stopped by SIGTERM kills its ranks on the way out (exit 1, saying so); one
+    stopped by SIGKILL cannot, and its ranks die with it anyway (no orphans either way)."""
+    trigger = WhenTraining(1, lambda p: os.kill(p.parent().pid, sig))
+    outcome = run_cli(_live_args(False), tmp_path, fault=trigger)
+    record(f"local live: {signal.Signals(sig).name} to the launcher", outcome)
+    if sig == signal.SIGTERM:
+        assert_clean_exit(outcome, 1, r"interrupted by SIGTERM")
+    else:
+        assert outcome.returncode == -signal.SIGKILL and outcome.exit_s < EXIT_BOUND_S
+        assert outcome.orphans == []
