@@ -340,6 +340,7 @@ def fault_cluster():
     assert not [p for p in netns.iterdir() if p.name.startswith(PREFIX + "-")] \
         if netns.is_dir() else True
     assert cluster.status(PREFIX) is None
+    (cluster.STATE_DIR / f"{PREFIX}.lock").unlink(missing_ok=True)  # the prefix is single-use
 
 
 @pytest.fixture
