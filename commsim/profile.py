@@ -437,7 +437,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, force: bool = Fa
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
+        if force:
+            os.replace(tmp, p)
+        else:
+            # link() fails if the name appeared since the check above: never clobber it.
+            try:
+                os.link(tmp, p)
+            except FileExistsError:
+                raise FileExistsError(f"{p} exists; pass --force to overwrite it") from None
+            except OSError:          # a filesystem without hard links: best effort
+                if p.exists():
+                    raise FileExistsError(f"{p} exists; pass --force to overwrite it") from None
+                os.replace(tmp, p)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -77,3 +77,14 @@ def test_nccl_table_bus_bandwidth_for_all_reduce():
     assert row["algbw_Bps"] == pytest.approx((1 << 20) / 0.01)
     assert row["busbw_Bps"] == pytest.approx(row["algbw_Bps"] * 1.5)
     assert row["wrong"] == 1 and "#wrong" in F.format_nccl_table([row])
+
+
+def test_sweep_stop_rule_does_not_mistake_latency_for_bandwidth():
+    """A latency-bound 1.5 ms at 4 B must not predict 6 s at 16 kB (the old proportional rule
+    stopped loaded sweeps after one size); a bandwidth-bound curve extrapolates its slope."""
+    from commsim.calibrate.collectives import _next_call_s
+    flat = [{"bytes": 4, "times_s": [1.5e-3]}, {"bytes": 16, "times_s": [1.5e-3]}]
+    assert _next_call_s(flat, 16384, "all_reduce") == pytest.approx(1.5e-3)
+    steep = [{"bytes": 1 << 20, "times_s": [0.01]}, {"bytes": 4 << 20, "times_s": [0.04]}]
+    assert _next_call_s(steep, 16 << 20, "all_reduce") == pytest.approx(0.16)
+    assert _next_call_s(steep, 16 << 20, "send_recv") == pytest.approx(0.32)
