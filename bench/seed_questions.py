@@ -59,10 +59,15 @@ def main(argv=None) -> int:
             r = predict(prof, strategy, n)
             m = measured.get((strategy, n, 1000))
             rows.append([label, n, fmt_time(r.iteration_s), f"{r.speedup:.2f}",
+                         fmt_time(m["predicted_s"]) if m else "-",
                          fmt_time(m["measured_s"]) if m else "-",
                          f"{m['error_pct']:+.1f}%" if m else "-"])
-    md += [table(["task", "nodes", "predicted/iteration", "speedup", "measured (1gbit)",
-                  "error"], rows), "",
+    md += [table(["task", "nodes", "predicted, a host per node", "speedup",
+                  "predicted, emulated", "measured, emulated", "error"], rows), "",
+           "*A host per node*: what the profile predicts for real machines like the calibrated "
+           "one. *Emulated*: the same prediction for the cluster `bench/fidelity` really ran "
+           "(every rank on this machine's 2 shared cores, 1 Gbit/s links), its live median, and "
+           "the error of that prediction (see `reports/fidelity/fidelity.md`).", "",
            "As in the seed report: gather/scatter stops improving beyond 3 nodes (rank 0's link "
            "carries (p-1) copies of every gradient), all-reduce keeps improving, DDP is best "
            "because it hides communication behind backward.", ""]
