@@ -1,9 +1,12 @@
 """Options shared by the commands that predict (predict, sweep, trace, report): parsed here once."""
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import typing
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -76,10 +79,10 @@ def _factor(text: str) -> float:
     return value
 
 
-def scenario(*, global_batch, batch_per_rank, bucket_mb, bandwidth, latency, ranks_per_host,
-             cores_per_host, shared_cpu_cores, straggler, slow_link, no_overlap,
-             algorithm=None, sync_every=1, group_size=None, compress=None,
-             no_buffer_broadcast=False) -> Scenario:
+def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=25.0, bandwidth=None,
+             latency=None, ranks_per_host=1, cores_per_host=None, shared_cpu_cores=None,
+             straggler=None, slow_link=None, no_overlap=False, algorithm=None, sync_every=1,
+             group_size=None, compress=None, no_buffer_broadcast=False) -> Scenario:
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")
     if not bucket_mb > 0 or bucket_mb == float("inf"):
@@ -135,3 +138,54 @@ def parse_nodes(text: str) -> list[int]:
 
 def dumps(obj) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False)
+
+
+# The scenario options commands share: parameter name -> (type, typer option).
+SCENARIO_OPTIONS = {
+    "global_batch": (Optional[int], GlobalBatchOpt),
+    "batch_per_rank": (Optional[int], BatchPerRankOpt),
+    "bucket_mb": (float, BucketOpt),
+    "bandwidth": (Optional[str], BandwidthOpt),
+    "latency": (Optional[str], LatencyOpt),
+    "ranks_per_host": (int, RanksPerHostOpt),
+    "cores_per_host": (Optional[float], CoresOpt),
+    "shared_cpu_cores": (Optional[float], SharedCoresOpt),
+    "straggler": (Optional[List[str]], StragglerOpt),
+    "slow_link": (Optional[List[str]], SlowLinkOpt),
+    "no_overlap": (bool, NoOverlapOpt),
+    "algorithm": (Optional[str], AlgorithmOpt),
+    "sync_every": (int, SyncEveryOpt),
+    "group_size": (Optional[int], GroupSizeOpt),
+    "compress": (Optional[str], CompressOpt),
+    "no_buffer_broadcast": (bool, NoBufferOpt),
+}
+HOMOGENEOUS = tuple(n for n in SCENARIO_OPTIONS if n not in ("straggler", "slow_link",
+                                                               "no_overlap"))
+
+
+def with_scenario(names=tuple(SCENARIO_OPTIONS), **fixed):
+    """Decorator: add the shared scenario options ``names`` to a typer command, which then
+    receives them as one ``scenario`` (a ``commsim.api.Scenario``); ``fixed`` gives values for
+    scenario fields the command sets itself.  One definition of every option, for every command.
+    """
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.name != "scenario"]
+        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY,
+                                    default=SCENARIO_OPTIONS[n][1],
+                                    annotation=SCENARIO_OPTIONS[n][0]) for n in names]
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            chosen = {n: kwargs.pop(n) for n in names}
+            kwargs["scenario"] = scenario(**{**fixed, **chosen})
+            return fn(**kwargs)
+
+        command.__signature__ = sig.replace(
+            parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared)
+        hints = {k: v for k, v in typing.get_type_hints(fn).items()
+                 if k not in ("scenario", "return")}
+        hints.update({n: SCENARIO_OPTIONS[n][0] for n in names})
+        command.__annotations__ = hints
+        return command
+    return decorate

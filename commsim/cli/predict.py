@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -19,29 +19,21 @@ def register(app: typer.Typer) -> None:
                      "minimises iteration time on a cluster.")(tune)
 
 
+@o.with_scenario(("global_batch", "batch_per_rank", "bandwidth", "latency", "ranks_per_host",
+                  "cores_per_host", "algorithm"))
 def tune(
     nodes: int = typer.Option(..., "--nodes", min=2, help="Hosts in the cluster."),
     profile: Optional[Path] = o.ProfileOpt,
-    global_batch: Optional[int] = o.GlobalBatchOpt,
-    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
-    bandwidth: Optional[str] = o.BandwidthOpt,
-    latency: Optional[str] = o.LatencyOpt,
-    ranks_per_host: int = o.RanksPerHostOpt,
-    cores_per_host: Optional[float] = o.CoresOpt,
-    algorithm: Optional[str] = o.AlgorithmOpt,
     top: int = typer.Option(10, "--top", min=1, help="Rows to show."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    scenario=None,
 ) -> None:
     from commsim.api import tune_buckets
     from commsim.table import text_table
     from commsim.units import fmt_time
 
     prof = o.load_profile(profile)
-    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=25.0,
-                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
-                    cores_per_host=cores_per_host, shared_cpu_cores=None, straggler=None,
-                    slow_link=None, no_overlap=False, algorithm=algorithm)
-    rows = tune_buckets(prof, nodes, sc)
+    rows = tune_buckets(prof, nodes, scenario)
     if json_out:
         typer.echo(o.dumps(rows))
         return
@@ -85,42 +77,22 @@ def algorithms(
         ("time", "time_s", fmt_time), ("vs best", "vs_best", lambda v: f"{v:.2f}x"))))
 
 
+@o.with_scenario()
 def predict(
     strategy: str = typer.Option(..., "--strategy", help="single, ps, ring, ddp or dp."),
     nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
     profile: Optional[Path] = o.ProfileOpt,
-    global_batch: Optional[int] = o.GlobalBatchOpt,
-    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
-    bucket_mb: float = o.BucketOpt,
-    bandwidth: Optional[str] = o.BandwidthOpt,
-    latency: Optional[str] = o.LatencyOpt,
-    ranks_per_host: int = o.RanksPerHostOpt,
-    cores_per_host: Optional[float] = o.CoresOpt,
-    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
-    straggler: Optional[List[str]] = o.StragglerOpt,
-    slow_link: Optional[List[str]] = o.SlowLinkOpt,
-    no_overlap: bool = o.NoOverlapOpt,
-    algorithm: Optional[str] = o.AlgorithmOpt,
-    sync_every: int = o.SyncEveryOpt,
-    group_size: Optional[int] = o.GroupSizeOpt,
-    compress: Optional[str] = o.CompressOpt,
-    no_buffer_broadcast: bool = o.NoBufferOpt,
     engine: str = o.EngineOpt,
     per_rank: bool = typer.Option(False, "--per-rank", help="Also list every rank."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    scenario=None,
 ) -> None:
     from commsim.api import predict as run
     from commsim.table import text_table
     from commsim.units import fmt_bytes, fmt_rate, fmt_time
 
     prof = o.load_profile(profile)
-    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
-                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
-                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap,
-                    algorithm=algorithm, sync_every=sync_every, group_size=group_size,
-                    compress=compress, no_buffer_broadcast=no_buffer_broadcast)
-    result = run(prof, strategy, nodes, sc, engine=engine)
+    result = run(prof, strategy, nodes, scenario, engine=engine)
     if json_out:
         typer.echo(o.dumps(result.to_dict(per_rank=per_rank)))
         return
@@ -157,28 +129,17 @@ def predict(
             ("sent", "bytes_sent", fmt_bytes), ("received", "bytes_received", fmt_bytes))))
 
 
+@o.with_scenario(o.HOMOGENEOUS)
 def sweep(
     strategies: str = typer.Option("single,ps,ring,ddp", "--strategies",
                                    help="Comma-separated strategies."),
     nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
                               help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),
     profile: Optional[Path] = o.ProfileOpt,
-    global_batch: Optional[int] = o.GlobalBatchOpt,
-    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
-    bucket_mb: float = o.BucketOpt,
-    bandwidth: Optional[str] = o.BandwidthOpt,
-    latency: Optional[str] = o.LatencyOpt,
-    ranks_per_host: int = o.RanksPerHostOpt,
-    cores_per_host: Optional[float] = o.CoresOpt,
-    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
-    algorithm: Optional[str] = o.AlgorithmOpt,
-    sync_every: int = o.SyncEveryOpt,
-    group_size: Optional[int] = o.GroupSizeOpt,
-    compress: Optional[str] = o.CompressOpt,
-    no_buffer_broadcast: bool = o.NoBufferOpt,
     engine: str = o.EngineOpt,
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    scenario=None,
 ) -> None:
     from commsim.api import strategy_names, sweep as run
     from commsim.errors import UserError
@@ -192,12 +153,7 @@ def sweep(
         get_strategy(name)
     node_list = o.parse_nodes(nodes)
     prof = o.load_profile(profile)
-    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
-                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
-                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=None, slow_link=None, no_overlap=False, algorithm=algorithm,
-                    sync_every=sync_every, group_size=group_size, compress=compress,
-                    no_buffer_broadcast=no_buffer_broadcast)
+    sc = scenario
     skipped: list = []
     rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine, skipped=skipped)]
     if skipped:

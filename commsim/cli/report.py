@@ -27,6 +27,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
+@o.with_scenario(("bucket_mb", "bandwidth", "latency", "ranks_per_host", "cores_per_host",
+                  "shared_cpu_cores"))
 def report(
     out: Path = typer.Option(..., "--out", dir_okay=False, help="PDF file to write."),
     profile: Optional[Path] = o.ProfileOpt,
@@ -48,17 +50,12 @@ def report(
                                                  help="Nodes of the timeline and per-rank "
                                                       "pages (default 4 if listed, else the "
                                                       "largest)."),
-    bucket_mb: float = o.BucketOpt,
-    bandwidth: Optional[str] = o.BandwidthOpt,
-    latency: Optional[str] = o.LatencyOpt,
-    ranks_per_host: int = o.RanksPerHostOpt,
-    cores_per_host: Optional[float] = o.CoresOpt,
-    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
     csv_dir: Optional[Path] = typer.Option(None, "--csv-dir", file_okay=False,
                                            help="Also write every table as CSV here."),
     json_dir: Optional[Path] = typer.Option(None, "--json-dir", file_okay=False,
                                             help="Also write every table as JSON here."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
+    scenario=None,
 ) -> None:
     import time
 
@@ -73,10 +70,8 @@ def report(
         raise UserError("--strategies is empty")
     for name in names:
         get_strategy(name)
-    sc = o.scenario(global_batch=global_batch, batch_per_rank=None, bucket_mb=bucket_mb,
-                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
-                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=None, slow_link=None, no_overlap=False)
+    from dataclasses import replace
+    sc = replace(scenario, global_batch=global_batch)
     opts = ReportOptions(nodes=tuple(o.parse_nodes(nodes)), strategies=names,
                          batch_sizes=_ints(batch_sizes, "--batch-sizes"),
                          global_batch=global_batch, weak_batch=weak_batch,

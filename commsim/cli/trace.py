@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -15,28 +15,14 @@ def register(app: typer.Typer) -> None:
                      "open it in ui.perfetto.dev or chrome://tracing.")(trace)
 
 
+@o.with_scenario()
 def trace(
     strategy: str = typer.Option(..., "--strategy", help="single, ps, ring, ddp or dp."),
     nodes: int = typer.Option(..., "--nodes", min=1, help="Hosts in the cluster."),
     out: Path = typer.Option(..., "--out", dir_okay=False, help="Trace file to write (JSON)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
     profile: Optional[Path] = o.ProfileOpt,
-    global_batch: Optional[int] = o.GlobalBatchOpt,
-    batch_per_rank: Optional[int] = o.BatchPerRankOpt,
-    bucket_mb: float = o.BucketOpt,
-    bandwidth: Optional[str] = o.BandwidthOpt,
-    latency: Optional[str] = o.LatencyOpt,
-    ranks_per_host: int = o.RanksPerHostOpt,
-    cores_per_host: Optional[float] = o.CoresOpt,
-    shared_cpu_cores: Optional[float] = o.SharedCoresOpt,
-    straggler: Optional[List[str]] = o.StragglerOpt,
-    slow_link: Optional[List[str]] = o.SlowLinkOpt,
-    no_overlap: bool = o.NoOverlapOpt,
-    algorithm: Optional[str] = o.AlgorithmOpt,
-    sync_every: int = o.SyncEveryOpt,
-    group_size: Optional[int] = o.GroupSizeOpt,
-    compress: Optional[str] = o.CompressOpt,
-    no_buffer_broadcast: bool = o.NoBufferOpt,
+    scenario=None,
 ) -> None:
     from commsim.analysis.trace import trace_json
     from commsim.api import predict
@@ -46,13 +32,7 @@ def trace(
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass --force to overwrite it")
     prof = o.load_profile(profile)
-    sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
-                    bandwidth=bandwidth, latency=latency, ranks_per_host=ranks_per_host,
-                    cores_per_host=cores_per_host, shared_cpu_cores=shared_cpu_cores,
-                    straggler=straggler, slow_link=slow_link, no_overlap=no_overlap,
-                    algorithm=algorithm, sync_every=sync_every, group_size=group_size,
-                    compress=compress, no_buffer_broadcast=no_buffer_broadcast)
-    result = predict(prof, strategy, nodes, sc, timeline=True)
+    result = predict(prof, strategy, nodes, scenario, timeline=True)
     atomic_write_text(out, trace_json(result), force=force)
     k = result.sync_every
     span = (f"one iteration of {fmt_time(result.iteration_s)}" if k == 1 else

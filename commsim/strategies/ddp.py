@@ -32,11 +32,6 @@ class DistributedDataParallel(Strategy):
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
 
-    def check(self, spec):
-        super().check(spec)
-        if spec.algorithm == "hierarchical" and spec.group_size is not None:
-            raise UserError("--group-size with the hierarchical algorithm is not modelled")
-
     def rank_process(self, ctx, rank):
         costs = ctx.costs
         buckets = costs.buckets
@@ -71,10 +66,13 @@ class DistributedDataParallel(Strategy):
         for bucket, ev in zip(ctx.costs.buckets, ready):
             yield ev
             if fp16 and len(group) > 1:
-                yield from ctx.cpu(rank, bucket.bytes * gamma)        # cast (and divide)
-                yield from allreduce(ctx, rank, bucket.bytes / 2, name=f"bucket {bucket.index}",
-                                     ranks=group, average=False)
-                yield from ctx.cpu(rank, bucket.bytes * gamma)        # cast back
+                # The casts are part of the comm hook: communication time, as in the closed form.
+                with ctx.collective(rank, f"fp16 hook {bucket.index}", bucket.bytes):
+                    yield from ctx.cpu(rank, bucket.bytes * gamma)    # cast (and divide)
+                    yield from allreduce(ctx, rank, bucket.bytes / 2,
+                                         name=f"bucket {bucket.index}", ranks=group,
+                                         average=False)
+                    yield from ctx.cpu(rank, bucket.bytes * gamma)    # cast back
             else:
                 yield from allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}",
                                      ranks=group)

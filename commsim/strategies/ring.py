@@ -29,8 +29,6 @@ class Ring(Strategy):
         super().check(spec)
         if spec.compression is not None:
             raise UserError("--compress applies to ddp's buckets (its comm hook), not to ring")
-        if spec.algorithm == "hierarchical" and spec.group_size is not None:
-            raise UserError("--group-size with the hierarchical algorithm is not modelled")
 
     def rank_process(self, ctx, rank):
         yield from forward_backward(ctx, rank)
