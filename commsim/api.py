@@ -4,7 +4,7 @@ Everything here takes SI numbers (bytes/s, seconds, bytes); the CLI parses text 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from commsim.costs import cost_inputs
@@ -130,16 +130,13 @@ def tune_buckets(profile: Profile, nodes: int, scenario: Scenario = Scenario(), 
     * ``fusion``: Horovod-style tensor fusion, every buffer up to the same threshold.
     Like Horovod's autotune, but from the model in seconds instead of from training steps.
     """
-    from dataclasses import replace as _replace
-
-    from commsim.spec import MiB as _MiB
     rows = []
     for mb in candidates_mb:
-        cap = max(1, round(mb * _MiB))
+        cap = max(1, round(mb * MiB))
         for mode in ("ddp", "fusion"):
-            spec = run_spec(profile, "ddp", nodes, _replace(scenario, bucket_bytes=cap))
+            spec = run_spec(profile, "ddp", nodes, replace(scenario, bucket_bytes=cap))
             if mode == "fusion":
-                spec = _replace(spec, first_bucket_bytes=cap)
+                spec = replace(spec, first_bucket_bytes=cap)
             r = simulate(spec, profile, engine=engine)
             rows.append({"mode": mode, "bucket_mb": mb, "buckets": len(
                 cost_inputs(spec, profile).buckets), "iteration_s": r.iteration_s,

@@ -222,9 +222,6 @@ def interpolate(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float
 class _V:
     """Tiny validator that names the JSON path of whatever is wrong."""
 
-    def __init__(self, data: Any):
-        self.data = data
-
     @staticmethod
     def get(obj: Any, key: str, path: str, kind: type | tuple[type, ...], required: bool = True):
         if not isinstance(obj, dict):

@@ -31,10 +31,10 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
         raise UserError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     strategy = get_strategy(spec.strategy)
     strategy.check(spec)
+    costs = cost_inputs(spec, profile)
     if engine == "auto":
-        engine = "fast" if unsupported(spec, cost_inputs(spec, profile),
-                                       timeline=timeline) is None else "des"
-    timing = run_engine(spec, profile, engine=engine, timeline=timeline)
+        engine = "fast" if unsupported(spec, costs, timeline=timeline) is None else "des"
+    timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
     baseline = None
     if spec.strategy != "single":
         # The reference: one rank on one host like these, the whole global batch.  Its three
@@ -45,9 +45,10 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                   model_bytes=profile.model_bytes, buffer_bytes=profile.buffer_bytes)
 
 
-def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool) -> Timing:
+def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
+               costs=None) -> Timing:
     strategy = get_strategy(spec.strategy)
-    costs = cost_inputs(spec, profile)
+    costs = cost_inputs(spec, profile) if costs is None else costs
     if engine == "analytic":
         if not spec.homogeneous or spec.cluster.ranks_per_host != 1:
             raise UserError("--engine analytic covers homogeneous clusters with one rank per "

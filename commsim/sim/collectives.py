@@ -71,10 +71,10 @@ def gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root: int = 0
 
 # -- more all-reduce algorithms: each equals its closed form in commsim.closed_form ---------------
 
-def _exchange(ctx: SimContext, rank: int, partner: int, send_bytes: float, recv_bytes: float):
-    """Send to and receive from ``partner`` at once (full duplex); done when both are."""
-    del recv_bytes  # the sender decides the size; kept for readability at the call sites
-    yield ctx.all_of((ctx.send(rank, partner, send_bytes), ctx.recv(rank, partner)))
+def _exchange(ctx: SimContext, rank: int, partner: int, nbytes: float):
+    """Send ``nbytes`` to and receive from ``partner`` at once (full duplex); done when both
+    are (the partner sends the same size)."""
+    yield ctx.all_of((ctx.send(rank, partner, nbytes), ctx.recv(rank, partner)))
 
 
 def _fold_in(ctx, rank, ranks, nbytes, gamma):
@@ -141,7 +141,7 @@ def recursive_doubling_allreduce(ctx: SimContext, rank: int, nbytes: float,
     def doubling(ranks, j, q):
         mask = 1
         while mask < q:
-            yield from _exchange(ctx, rank, _survivor(ranks, j ^ mask), nbytes, nbytes)
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ mask), nbytes)
             yield from ctx.cpu(rank, nbytes * gamma)
             mask <<= 1
 
@@ -158,12 +158,12 @@ def rabenseifner_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str 
         seg, dist = nbytes, q // 2
         while dist >= 1:
             seg /= 2
-            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg)
             yield from ctx.cpu(rank, seg * gamma)
             dist //= 2
         dist = 1
         while dist < q:
-            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg, seg)
+            yield from _exchange(ctx, rank, _survivor(ranks, j ^ dist), seg)
             seg *= 2
             dist *= 2
 
@@ -187,7 +187,7 @@ def binomial_reduce(ctx: SimContext, rank: int, nbytes: float, ranks):
 
 
 def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks,
-                       kind: str = "gradients", collective: str = "all_reduce"):
+                       collective: str = "all_reduce"):
     """Binomial tree from ranks[0]: receive once from the parent, then send to each child in
     decreasing distance."""
     i, p = ranks.index(rank), len(ranks)
@@ -199,7 +199,7 @@ def binomial_broadcast(ctx: SimContext, rank: int, nbytes: float, ranks,
         mask = low >> 1
     while mask >= 1:
         if i + mask < p:
-            yield ctx.send(rank, ranks[i + mask], nbytes, kind, collective)
+            yield ctx.send(rank, ranks[i + mask], nbytes, collective=collective)
         mask >>= 1
 
 
@@ -214,7 +214,7 @@ def broadcast_buffers(ctx: SimContext, rank: int, nbytes: float):
         return
     with ctx.collective(rank, "broadcast buffers", nbytes):
         yield from ctx.wait(ctx.costs.overhead("broadcast"))
-        yield from binomial_broadcast(ctx, rank, nbytes, tuple(range(ctx.world)), kind="buffers",
+        yield from binomial_broadcast(ctx, rank, nbytes, tuple(range(ctx.world)),
                                       collective="broadcast")
         yield ctx.together("broadcast buffers")
 

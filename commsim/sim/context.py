@@ -52,9 +52,9 @@ class SimContext:
         """CPU work of the communication library (reductions, scaling): one thread."""
         yield self.cpu_of(rank).run(work_s, 1)
 
-    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients",
+    def send(self, src: int, dst: int, nbytes: float,
              collective: str = "all_reduce") -> simpy.Event:
-        return self.net.send(src, dst, nbytes, kind, self.costs.wire(collective))
+        return self.net.send(src, dst, nbytes, self.costs.wire(collective))
 
     def recv(self, dst: int, src: int) -> simpy.Event:
         return self.net.recv(dst, src)

@@ -116,11 +116,10 @@ class Network:
         self.intra_bw = cluster.intra_host_bandwidth_Bps
         self.intra_lat = cluster.intra_host_latency_s
 
-    def send(self, src: int, dst: int, nbytes: float, kind: str = "gradients",
-             slowdown: float = 1.0) -> simpy.Event:
+    def send(self, src: int, dst: int, nbytes: float, slowdown: float = 1.0) -> simpy.Event:
         """``slowdown`` >= 1: the collective's measured efficiency on the wire (calibration)."""
         done = self.env.event()
-        self._sends[(src, dst)].append((nbytes, kind, slowdown, done))
+        self._sends[(src, dst)].append((nbytes, slowdown, done))
         self._match(src, dst)
         return done
 
@@ -133,12 +132,12 @@ class Network:
     def _match(self, src: int, dst: int) -> None:
         sends, recvs = self._sends[(src, dst)], self._recvs[(src, dst)]
         while sends and recvs:
-            nbytes, kind, slowdown, send_done = sends.popleft()
+            nbytes, slowdown, send_done = sends.popleft()
             recv_done = recvs.popleft()
-            self.env.process(self._transfer(src, dst, nbytes, kind, slowdown,
+            self.env.process(self._transfer(src, dst, nbytes, slowdown,
                                             (send_done, recv_done)))
 
-    def _transfer(self, src: int, dst: int, nbytes: float, kind: str, slowdown: float,
+    def _transfer(self, src: int, dst: int, nbytes: float, slowdown: float,
                   done: tuple):
         c = self.cluster
         hs, hd = c.host_of(src), c.host_of(dst)
@@ -158,7 +157,7 @@ class Network:
                     yield self.env.timeout(nbytes * slowdown / bw)
                     self.rec.nic(hs, hd, src, dst, nbytes, start, self.env.now)
             yield self.env.timeout(c.nic_latency_s)
-        self.rec.bytes(src, dst, nbytes, kind)
+        self.rec.bytes(src, dst, nbytes)
         for ev in done:
             ev.succeed()
 
@@ -178,7 +177,6 @@ class Recorder:
         self.nic_tx_busy_s = [0.0] * hosts
         self.nic_rx_busy_s = [0.0] * hosts
         self.finish_s = [0.0] * world
-        self.buffer_sent = [0.0] * world       # of ``sent``: DDP's buffer broadcast
         self._comm_depth = [0] * world
         self._comm_since = [0.0] * world
 
@@ -214,8 +212,6 @@ class Recorder:
             self.intervals.append(Interval("rx", hd, f"{src}->{dst}", start, end,
                                            {"bytes": nbytes}))
 
-    def bytes(self, src: int, dst: int, nbytes: float, kind: str = "gradients") -> None:
+    def bytes(self, src: int, dst: int, nbytes: float) -> None:
         self.sent[src] += nbytes
         self.received[dst] += nbytes
-        if kind == "buffers":
-            self.buffer_sent[src] += nbytes

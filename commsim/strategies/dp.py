@@ -21,11 +21,27 @@ from commsim.errors import UserError
 from commsim.strategies.base import Strategy, Timing, register
 
 
-def _sizes(ctx_or_costs, spec):
+def _sizes(costs, spec):
     """Bytes of one device's inputs and of its outputs (float32)."""
-    costs = ctx_or_costs
     sample = math.prod(costs.input_shape) * 4
     return spec.per_rank_batch * sample, spec.per_rank_batch * costs.output_width * 4
+
+
+def _to_all(ctx, name: str, nbytes: float, collective: str):
+    """Device 0 sends ``nbytes`` to every other device, all posted at once."""
+    with ctx.collective(0, name, nbytes):
+        yield from ctx.wait(ctx.costs.overhead(collective))
+        yield ctx.all_of(ctx.send(0, r, nbytes, collective=collective)
+                         for r in range(1, ctx.world))
+
+
+def _from_all(ctx, name: str, nbytes: float, add: bool = False):
+    """Device 0 receives ``nbytes`` from every other device; with ``add`` it sums them."""
+    with ctx.collective(0, name, nbytes):
+        yield from ctx.wait(ctx.costs.overhead("gather"))
+        yield ctx.all_of(ctx.recv(0, r) for r in range(1, ctx.world))
+        if add:
+            yield from ctx.cpu(0, (ctx.world - 1) * nbytes * ctx.costs.gamma_s_per_B)
 
 
 @register
@@ -47,31 +63,17 @@ class DataParallel(Strategy):
         p = ctx.world
         inputs, outputs = _sizes(costs, spec)
         model = costs.model_bytes
-        others = range(1, p)
         if rank == 0:
             if p > 1:
-                with ctx.collective(0, "scatter inputs", inputs):
-                    yield from ctx.wait(costs.overhead("scatter"))
-                    yield ctx.all_of(ctx.send(0, r, inputs, collective="scatter") for r in others)
-                with ctx.collective(0, "replicate", model):
-                    yield from ctx.wait(costs.overhead("broadcast"))
-                    yield ctx.all_of(ctx.send(0, r, model, collective="broadcast")
-                                     for r in others)
+                yield from _to_all(ctx, "scatter inputs", inputs, "scatter")
+                yield from _to_all(ctx, "replicate", model, "broadcast")
             yield from ctx.compute(0, "forward", costs.forward_s)
             if p > 1:
-                with ctx.collective(0, "gather outputs", outputs):
-                    yield from ctx.wait(costs.overhead("gather"))
-                    yield ctx.all_of(ctx.recv(0, r) for r in others)
-                with ctx.collective(0, "scatter output grads", outputs):
-                    yield from ctx.wait(costs.overhead("scatter"))
-                    yield ctx.all_of(ctx.send(0, r, outputs, collective="scatter")
-                                     for r in others)
+                yield from _from_all(ctx, "gather outputs", outputs)
+                yield from _to_all(ctx, "scatter output grads", outputs, "scatter")
             yield from ctx.compute(0, "backward", costs.backward_s)
             if p > 1:
-                with ctx.collective(0, "reduce grads", model):
-                    yield from ctx.wait(costs.overhead("gather"))
-                    yield ctx.all_of(ctx.recv(0, r) for r in others)
-                    yield from ctx.cpu(0, (p - 1) * model * costs.gamma_s_per_B)
+                yield from _from_all(ctx, "reduce grads", model, add=True)
             yield from ctx.compute(0, "optimizer", costs.optimizer_s)
         else:
             with ctx.collective(rank, "receive inputs+parameters", inputs + model):
