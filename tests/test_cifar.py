@@ -72,3 +72,28 @@ def test_augmentation_keeps_shape_and_uses_pixel_zero_padding():
     fill = (-torch.tensor(cifar.MEAN) / torch.tensor(cifar.STD)).view(3, 1, 1)
     out = cifar.random_crop_flip(torch.zeros(3, 32, 32) + 100.0, padding=4)
     assert ((out == 100.0) | torch.isclose(out, fill.expand_as(out))).all()
+
+
+def test_learnable_synthetic_data_shares_templates_across_splits():
+    train_x, train_y = cifar.learnable_cifar(600, seed=5, train=True)
+    again_x, again_y = cifar.learnable_cifar(600, seed=5, train=True)
+    test_x, test_y = cifar.learnable_cifar(300, seed=5, train=False)
+    assert train_x.dtype == np.uint8 and train_x.shape == (600, 3, 32, 32)
+    assert np.array_equal(train_x, again_x) and np.array_equal(train_y, again_y)
+    assert not np.array_equal(train_x[:300], test_x)  # fresh noise for the test split
+    assert set(np.unique(train_y)) == set(range(10))
+    # Nearest class mean of the training split classifies the test split far above chance:
+    # the classes are the shared templates.
+    means = np.stack([train_x[train_y == c].astype(np.float32).mean(0) for c in range(10)])
+    dist = ((test_x.astype(np.float32)[:, None] - means[None]) ** 2).sum(axis=(2, 3, 4))
+    assert (dist.argmin(1) == test_y).mean() > 0.9
+
+
+def test_load_dataset_picks_the_synthetic_kind():
+    learnable = cifar.load_dataset(None, train=False, synthetic_size=20_000, seed=1,
+                                   synthetic="learnable")
+    assert len(learnable) == cifar.CIFAR10_TEST_SAMPLES  # at most CIFAR-10's test split
+    random = cifar.load_dataset(None, train=True, synthetic_size=64, seed=1)
+    assert len(random) == 64
+    with pytest.raises(UserError, match="--synthetic"):
+        cifar.load_dataset(None, train=True, synthetic_size=8, synthetic="cifar")

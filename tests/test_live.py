@@ -40,22 +40,31 @@ def _cfg(**kw) -> dict:
     return live.LiveConfig(**{**TINY, **kw}).to_dict()
 
 
-def _reference_ghost_batches(cfg: live.LiveConfig, world: int) -> list:
+def _reference_ghost_batches(cfg: live.LiveConfig, world: int, shares=None) -> list:
     """Single-process training on the same global batches, where the loss is the mean of the
     losses of each rank's share (rank r's samples are global_batch[r::world]).  With batch norm
     that keeps no running statistics this is what data parallel computes: each rank normalises
-    with its own share's batch statistics."""
+    with its own share's batch statistics.  ``shares`` (default: every rank) are the ranks a
+    group averages over; with ``cfg.sync_every`` k, k batches' gradients (each loss / k) are
+    accumulated before every step, at the rate of ``live.lr_schedule``."""
+    shares = list(range(world)) if shares is None else list(shares)
+    k = cfg.sync_every
+    schedule = live.lr_schedule(cfg, world)
     torch.manual_seed(cfg.seed)
     model = live.build_model(cfg)
     opt = torch.optim.SGD(model.parameters(), lr=live.LR, momentum=live.MOMENTUM,
                           weight_decay=live.WEIGHT_DECAY)
     crit = torch.nn.CrossEntropyLoss()
-    stream = live.batches(live.load_data(cfg, train=True), 0, 1, cfg.global_batch, cfg.seed)
-    for _ in range(cfg.iterations + 1):
-        data, target = next(stream)
+    stream = live.batches(live.load_data(cfg, train=True), 0, 1, cfg.rank_batch(world) * world,
+                          cfg.seed)
+    for update in range(cfg.iterations // k + 1):
         opt.zero_grad()
-        loss = sum(crit(model(data[r::world]), target[r::world]) for r in range(world)) / world
-        loss.backward()
+        for group in opt.param_groups:
+            group["lr"] = schedule.lr(update)
+        for _ in range(k):
+            data, target = next(stream)
+            loss = sum(crit(model(data[r::world]), target[r::world]) for r in shares) / len(shares)
+            (loss / k).backward()
         opt.step()
     return [p.detach().flatten() for p in model.parameters()]
 

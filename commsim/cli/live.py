@@ -11,6 +11,14 @@ from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 
 STRATEGY_NAMES = ("single", "ps", "ring", "ddp")
 
+LrScalingOpt = typer.Option(None, "--lr-scaling", help="linear: lr = 0.1 x (samples one step "
+                            "averages) / 256 (Goyal et al.); default: 0.1.")
+WarmupOpt = typer.Option(0, "--warmup-iters", min=0, help="Ramp the lr linearly from 0.1 to "
+                         "the scaled lr over this many iterations (needs --lr-scaling).")
+SyntheticOpt = typer.Option("random", "--synthetic", help="Without --data: random (random "
+                            "labels, timing only) or learnable (class templates plus noise: "
+                            "test accuracy means something).")
+
 
 def register(app: typer.Typer) -> None:
     app.command(help="Train VGG-11 (or --model) data-parallel for real and measure time per "
@@ -29,7 +37,15 @@ def live(
                                    help="Timed iterations (one more runs first, discarded)."),
     bucket_mb: float = o.BucketOpt,
     data: Optional[Path] = typer.Option(None, "--data", help="CIFAR-10 binary directory "
-                                        "(default: synthetic images; no test evaluation)."),
+                                        "(default: --synthetic images)."),
+    synthetic: str = SyntheticOpt,
+    synthetic_size: int = typer.Option(50000, "--synthetic-size", min=1,
+                                       help="Training images of synthetic data."),
+    sync_every: int = o.SyncEveryOpt,
+    group_size: Optional[int] = o.GroupSizeOpt,
+    compress: Optional[str] = o.CompressOpt,
+    lr_scaling: Optional[str] = LrScalingOpt,
+    warmup_iters: int = WarmupOpt,
     test_samples: Optional[int] = typer.Option(None, "--test-samples", min=1,
                                                help="Evaluate on the first N test images only."),
     model: str = typer.Option("commsim.calibrate.models:vgg11_cifar", "--model",
@@ -67,7 +83,10 @@ def live(
                         bucket_mb=bucket_mb, data_dir=None if data is None else str(data),
                         test_samples=test_samples, model=model,
                         track_running_stats=not no_running_stats, seed=seed,
-                        threads_per_rank=threads or 0)
+                        threads_per_rank=threads or 0, synthetic=synthetic,
+                        synthetic_size=synthetic_size, sync_every=sync_every,
+                        group_size=group_size, compression=compress, lr_scaling=lr_scaling,
+                        warmup_iters=warmup_iters)
     result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout,
                   collective_timeout_s=collective_timeout, cluster_prefix=cluster_prefix)
     if result is None:  # a torchrun rank other than 0: rank 0 reports
@@ -89,6 +108,7 @@ def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float,
         if emulate is not None:
             raise UserError("--emulate cannot be used under torchrun (torchrun placed the ranks)")
         return lv.run_live_torchrun(cfg, collective_timeout_s=collective_timeout_s)
+    cfg.validate(nodes)  # before building an emulated cluster for a run that cannot start
     cluster_info = None
     if emulate is not None:
         from commsim.calibrate import cluster
@@ -110,6 +130,11 @@ def render(r: dict) -> str:
     head = (f"commsim live: {r['strategy']} on {r['nodes']} rank(s), global batch "
             f"{r['global_batch']} ({r['batch_per_rank']}/rank), {r['iterations']} timed "
             f"iterations (first discarded), {r['threads_per_rank']} thread(s)/rank")
+    what_ifs = [f"sync every {r['sync_every']}" if r.get("sync_every", 1) > 1 else "",
+                f"groups of {r['group_size']}" if r.get("group_size") else "",
+                f"{r['compression']} compression" if r.get("compression") else ""]
+    if any(what_ifs):
+        head += "; " + ", ".join(w for w in what_ifs if w)
     rows = [("rank", "iteration", "mean", "spread", "compute", "comm", "exposed", "sent/it",
              "recv/it")]
     for p in r["per_rank"] + [dict(r, rank="all")]:
@@ -125,10 +150,21 @@ def render(r: dict) -> str:
     lines.append("")
     if losses:
         lines.append(f"training loss: first {losses[0]:.4f}, last {losses[-1]:.4f}")
+    sched = r.get("lr_schedule")
+    if sched and sched["rule"] != "constant":
+        lines.append(f"learning rate: {sched['rule']} scaling, {sched['base']:g} -> "
+                     f"{sched['peak']:g} (step batch {sched['update_batch']}) over "
+                     f"{sched['warmup_iters']} warm-up iterations")
+    if r.get("epoch_s") is not None:
+        lines.append(f"epoch ({r['iterations_per_epoch']} iterations): {fmt_time(r['epoch_s'])}")
     if r.get("test_loss") is not None:
         lines.append(f"test loss {r['test_loss']:.4f}, accuracy {r['test_accuracy']:.2%}")
     for note in ("compute_note", "bytes_note"):
         if r.get(note):
             lines.append(f"note: {r[note]}")
-    lines.append("'all' row: the slowest rank's figure (a synchronous step waits for it).")
+    lines.append("'all' row: the slowest rank's time (a synchronous step waits for it), the "
+                 "mean of the ranks' bytes.")
+    if r.get("sync_every", 1) > 1:
+        lines.append(f"per iteration: a {r['sync_every']}-iteration cycle's figure / "
+                     f"{r['sync_every']}, as commsim predict reports it.")
     return "\n".join(lines)
