@@ -524,7 +524,8 @@ def evaluate(model: nn.Module, cfg: LiveConfig, rank: int, world_size: int) -> d
     """Test loss and accuracy; each rank takes every world_size-th sample, sums are reduced.
 
     With ``group_size`` the groups' models differ: each rank scores its own model on its share,
-    so the figure is the mean over the ranks' models (each on 1/p of the test set), not one model's accuracy."""
+    so the figure is the mean over the ranks' models (each on 1/p of the test set), not one
+    model's accuracy."""
     from torch.utils.data import DataLoader, Subset
 
     test = load_data(cfg, train=False)
