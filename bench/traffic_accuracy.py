@@ -80,13 +80,14 @@ def render(meta: dict, rows: list[dict]) -> str:
           "Measured: the rank's interface counters, headers and ACKs included. Predicted: "
           "`commsim predict` payload for the same model.", ""]
     md += table(("k", "g", "iterations", "sent/it measured", "recv/it measured",
-                 "sent/it predicted", "measured/predicted", "test accuracy", "final train loss",
-                 "iteration", "epoch"),
+                 "sent/it predicted", "measured/predicted", "samples/step", "test accuracy",
+                 "final train loss", "iteration", "epoch"),
                 [(r["sync_every"], r["group_size"] or "all", r["iterations"],
                   fmt_bytes(r["bytes_sent_per_rank"]), fmt_bytes(r["bytes_received_per_rank"]),
                   fmt_bytes(r["predicted_bytes_sent_per_rank"]),
                   f"{r['bytes_sent_per_rank'] / r['predicted_bytes_sent_per_rank']:.2f}"
                   if r["predicted_bytes_sent_per_rank"] else "n/a",
+                  r["lr_schedule"]["update_batch"],
                   f"{r['test_accuracy']:.1%}", "diverged" if r["final_train_loss"] is None
                   else f"{r['final_train_loss']:.3f}",
                   fmt_time(r["iteration_s"]), fmt_time(r["epoch_s"])) for r in rows])
@@ -99,7 +100,11 @@ def render(meta: dict, rows: list[dict]) -> str:
         f"{label(r)} {ratio(r, 'bytes_sent_per_rank'):.2f} "
         f"(predicted {ratio(r, 'predicted_bytes_sent_per_rank'):.2f})" for r in rows) + ".", "",
         "Accuracy is on the learnable synthetic test split (chance: 10%) unless `--data` was "
-        "given; with g < nodes the groups' models differ and it is their mean.", ""]
+        "given; with g < nodes the groups' models differ and it is their mean.  Every run "
+        "uses the base lr 0.1: a step's gradient is the mean over samples/step (batch per rank "
+        "x ranks averaged x k), so k and g change the optimisation as well as the traffic "
+        "(fewer, larger steps; smaller groups, noisier steps).  One seed: differences of a "
+        "few points are noise.", ""]
     return "\n".join(md)
 
 

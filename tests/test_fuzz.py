@@ -159,6 +159,9 @@ OTHER_VALUES = {
     "--bandwidth": ["1gbit", "x"], "--prefix": ["csim", "BAD", ""],
     "--profile": ["/nonexistent.json"], "--data": ["/nonexistent"],
     "--tolerance": ["0.2", "-1"], "--global-batch": ["64", "0"], "--threads": ["1", "0"],
+    "--sync-every": ["2", "0", "x"], "--group-size": ["2", "0"], "--compress": ["fp16", "bf16"],
+    "--lr-scaling": ["linear", "sqrt"], "--warmup-iters": ["10", "-1"],
+    "--synthetic": ["learnable", "cifar"], "--synthetic-size": ["1000", "0"],
 }
 
 
