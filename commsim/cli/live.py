@@ -34,7 +34,8 @@ def live(
     global_batch: Optional[int] = o.GlobalBatchOpt,
     batch_per_rank: Optional[int] = o.BatchPerRankOpt,
     iterations: int = typer.Option(20, "--iterations", min=1,
-                                   help="Timed iterations (one more runs first, discarded)."),
+                                   help="Timed iterations, a multiple of --sync-every (one more "
+                                        "cycle runs first, discarded)."),
     bucket_mb: float = o.BucketOpt,
     data: Optional[Path] = typer.Option(None, "--data", help="CIFAR-10 binary directory "
                                         "(default: --synthetic images)."),
