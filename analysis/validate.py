@@ -109,9 +109,11 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
         bandwidth = rate_Bps * min(1.0, efficiency)
     del threads_per_rank  # the profile's compute was measured with the same per-rank threads
     batch = grid.batch_per_rank or grid.global_batch // nodes
+    cap = max(1, round(grid.bucket_mb * 1024 * 1024))
     return Scenario(global_batch=None if grid.batch_per_rank else grid.global_batch,
                     batch_per_rank=grid.batch_per_rank,
-                    bucket_bytes=max(1, round(grid.bucket_mb * 1024 * 1024)),
+                    # live passes bucket_cap_mb explicitly, which caps DDP's first bucket too
+                    bucket_bytes=cap, first_bucket_bytes=cap,
                     bandwidth_Bps=bandwidth, shared_cpu_cores=cores,
                     cpu_efficiency=measured_cpu_efficiency(profile, batch))
 

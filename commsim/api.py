@@ -21,6 +21,9 @@ class Scenario:
 
     global_batch / batch_per_rank: strong (default 256 over all ranks) or weak scaling.
     bucket_bytes:        DDP bucket cap.
+    first_bucket_bytes:  cap of DDP's first (earliest-ready) bucket; None = PyTorch's 1 MiB, what
+                         DDP uses with its default cap.  PyTorch 2.13 caps the first bucket at
+                         ``bucket_cap_mb`` too when that is given explicitly.
     bandwidth_Bps / latency_s: what-if link (None = the profile's fitted link).
     ranks_per_host, cores_per_host, shared_cpu_cores: host layout (None = like calibrated).
     stragglers:          rank -> compute slowdown factor.
@@ -36,6 +39,7 @@ class Scenario:
     global_batch: int | None = 256
     batch_per_rank: int | None = None
     bucket_bytes: int = 25 * MiB
+    first_bucket_bytes: int | None = None
     bandwidth_Bps: float | None = None
     latency_s: float | None = None
     ranks_per_host: int = 1
@@ -60,9 +64,12 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
                               shared_cpu_cores=scenario.shared_cpu_cores,
                               slow_links_Bps=scenario.slow_links_Bps,
                               cpu_efficiency=scenario.cpu_efficiency)
+    first = {} if scenario.first_bucket_bytes is None else {
+        "first_bucket_bytes": scenario.first_bucket_bytes}
     return RunSpec(strategy=strategy, cluster=cluster,
                    global_batch=None if scenario.batch_per_rank else scenario.global_batch,
                    batch_per_rank=scenario.batch_per_rank, bucket_bytes=scenario.bucket_bytes,
+                   **first,
                    overlap=scenario.overlap, algorithm=scenario.algorithm,
                    sync_every=scenario.sync_every, group_size=scenario.group_size,
                    compression=scenario.compression,

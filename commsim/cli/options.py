@@ -24,6 +24,11 @@ GlobalBatchOpt = typer.Option(None, "--global-batch", min=1,
 BatchPerRankOpt = typer.Option(None, "--batch-per-rank", min=1,
                                help="Samples per rank per iteration (weak scaling).")
 BucketOpt = typer.Option(25.0, "--bucket-mb", help="DDP bucket cap in MiB (bucket_cap_mb).")
+# Predictions mirror DDP's own default: 25 MiB buckets after a 1 MiB first bucket, while an
+# explicit bucket_cap_mb caps the first bucket too (torch 2.13, DistributedDataParallel).
+PredictBucketOpt = typer.Option(
+    None, "--bucket-mb", help="DDP bucket cap in MiB, as DDP(bucket_cap_mb=...): it also caps "
+    "the first bucket (default: DDP's own, 25 MiB after a 1 MiB first bucket).")
 BandwidthOpt = typer.Option(None, "--bandwidth", help="What-if link rate, tc spelling: "
                             "1gbit, 100mbit, 125MBps (default: the profile's fitted link).")
 LatencyOpt = typer.Option(None, "--latency", help="What-if one-way latency: 50us, 0.2ms.")
@@ -79,21 +84,22 @@ def _factor(text: str) -> float:
     return value
 
 
-def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=25.0, bandwidth=None,
+def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=None, bandwidth=None,
              latency=None, ranks_per_host=1, cores_per_host=None, shared_cpu_cores=None,
              straggler=None, slow_link=None, no_overlap=False, algorithm=None, sync_every=1,
              group_size=None, compress=None, no_buffer_broadcast=False) -> Scenario:
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")
-    if not bucket_mb > 0 or bucket_mb == float("inf"):
+    if bucket_mb is not None and (not bucket_mb > 0 or bucket_mb == float("inf")):
         raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
+    cap = None if bucket_mb is None else max(1, round(bucket_mb * MiB))
     for name, value in (("--cores-per-host", cores_per_host),
                         ("--shared-cpu-cores", shared_cpu_cores)):
         if value is not None and (not value > 0 or value == float("inf")):
             raise UserError(f"{name} must be positive, got {value}")
     return Scenario(
         global_batch=None if batch_per_rank else (global_batch or 256),
-        batch_per_rank=batch_per_rank, bucket_bytes=max(1, round(bucket_mb * MiB)),
+        batch_per_rank=batch_per_rank, bucket_bytes=cap or 25 * MiB, first_bucket_bytes=cap,
         bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
         latency_s=None if latency is None else parse_latency(latency),
         ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
@@ -144,7 +150,7 @@ def dumps(obj) -> str:
 SCENARIO_OPTIONS = {
     "global_batch": (Optional[int], GlobalBatchOpt),
     "batch_per_rank": (Optional[int], BatchPerRankOpt),
-    "bucket_mb": (float, BucketOpt),
+    "bucket_mb": (Optional[float], PredictBucketOpt),
     "bandwidth": (Optional[str], BandwidthOpt),
     "latency": (Optional[str], LatencyOpt),
     "ranks_per_host": (int, RanksPerHostOpt),
