@@ -21,6 +21,7 @@ records the one-way time (round trip / 2).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -195,3 +196,77 @@ def _next_call_s(records: list[dict], next_bytes: int, op: str) -> float:
     span = records[-1]["bytes"] - records[-2]["bytes"]
     slope = max(0.0, (last - prev) / span) if span > 0 else 0.0
     return last + slope * (next_bytes - records[-1]["bytes"])
+
+
+# -- contention: the collective while the ranks' CPUs also compute -------------------------------
+
+CONTENTION_BYTES = 8 << 20
+CONTENTION_BURNS = (0, 1, 2, 3)
+
+
+class _Burn:
+    """``threads`` background threads running a small convolution forward+backward in a loop
+    (the kind of work backward does), counting iterations, until stopped."""
+
+    def __init__(self, threads: int):
+        self.count = 0
+        self._stop = False
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+
+    def _loop(self) -> None:
+        conv = torch.nn.Conv2d(32, 32, 3, padding=1)
+        x = torch.randn(4, 32, 16, 16)
+        while not self._stop:
+            conv(x).sum().backward()
+            self.count += 1  # races between threads only lose a count: a rate, not a check
+
+    def __enter__(self) -> "_Burn":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop = True
+        for t in self._threads:
+            t.join()
+
+    def rate(self, seconds: float) -> float:
+        """Burn iterations per second over the next ``seconds`` (nothing else running here)."""
+        c0, t0 = self.count, time.perf_counter()
+        time.sleep(seconds)
+        return (self.count - c0) / (time.perf_counter() - t0)
+
+
+def measure_contention(nbytes: int, burn_threads: int, spec: CollectiveSpec,
+                       window_s: float = 0.3) -> dict:
+    """A large all_reduce while every rank also runs ``burn_threads`` compute threads.
+
+    Steps: start the burn threads; measure their rate alone for ``window_s`` (ranks wait in a
+    barrier around it, so no collective runs meanwhile); warm up one all_reduce; ``reps`` times:
+    barrier, time one all_reduce while counting burn iterations; stop the burns.  Agreed like
+    ``measure``: the slowest rank's times; burn rates are averaged over ranks.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bench = _Op("all_reduce", nbytes, rank, world)
+    times, during = [], []
+    with _Burn(burn_threads) as burn:
+        dist.barrier()
+        alone = burn.rate(window_s) if burn_threads else 0.0
+        dist.barrier()
+        bench.call()
+        reps = spec.slow_reps
+        for _ in range(reps):
+            dist.barrier()
+            c0, t0 = burn.count, time.perf_counter()
+            bench.call()
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            during.append((burn.count - c0) / dt)
+    agreed = _agree_max(times)
+    rates = torch.tensor([alone, float(np.median(during)) if during else 0.0],
+                         dtype=torch.float64)
+    dist.all_reduce(rates)
+    return {"op": "all_reduce", "bytes": nbytes, "world_size": world,
+            "burn_threads": burn_threads, "times_s": agreed,
+            "burn_rate_alone": rates[0].item() / world,
+            "burn_rate_during": rates[1].item() / world}

@@ -26,7 +26,7 @@ identifiable from all-reduce timings alone either: it comes from timing a local 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -134,6 +134,35 @@ def fit_network(records: list[dict]) -> tuple[NetworkFit, CollectiveFit]:
     world = records[0].get("world_size", 2)
     return net, CollectiveFit(latency_s=alpha, bandwidth_Bps=1.0 / s_per_B, world_size=world,
                               r2=fit.r2, ci95=ci)
+
+
+def with_contention(network: NetworkFit, records: list[dict],
+                    allreduce_bandwidth_Bps: float) -> NetworkFit:
+    """The link plus what the contention records measured (see ``NetworkFit``).
+
+    Per record (k compute threads per rank): load = compute threads per core = ranks on the CPU
+    x k x threads per rank / cores; bandwidth = the all-reduce fit's bandwidth x (median time
+    alone / median time at this load), so that the per-call latency in one size's time does not
+    pass for bandwidth and load 0 is exactly the fit; compute speed = burn rate during the
+    all-reduce / burn rate alone.  More load cannot make
+    either faster, so both are made non-increasing (a later point that measured faster is noise)
+    by a running minimum.
+    """
+    rows = sorted(records, key=lambda r: r["burn_threads"])
+    if len(rows) < 2 or rows[0]["burn_threads"] != 0:
+        return network
+    loads, bws, speeds = [], [], []
+    alone_s = float(np.median(rows[0]["times_s"]))
+    for r in rows:
+        load = r["ranks_per_cpu"] * r["burn_threads"] * r["threads"] / r["cores"]
+        bw = allreduce_bandwidth_Bps * alone_s / float(np.median(r["times_s"]))
+        speed = (min(1.0, r["burn_rate_during"] / r["burn_rate_alone"])
+                 if r["burn_threads"] and r["burn_rate_alone"] > 0 else 1.0)
+        loads.append(load)
+        bws.append(min(bw, bws[-1]) if bws else bw)
+        speeds.append(max(1e-3, min(speed, speeds[-1]) if speeds else speed))
+    return replace(network, contention_load=tuple(loads), contention_bandwidth_Bps=tuple(bws),
+                   contention_compute_speed=tuple(speeds))
 
 
 def fit_collective(op: str, records: list[dict], *, world_size: int, network: NetworkFit,

@@ -140,6 +140,8 @@ def _key(record: dict) -> tuple:
         return (kind, record["mode"], record["batch_size"])
     if kind == "collective":
         return (kind, record["op"], record["bytes"])
+    if kind == "contention":
+        return (kind, record["burn_threads"])
     return (kind,)
 
 
@@ -240,6 +242,20 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                                  for n, r in prior.items()}, on_record=on_record)
         dist.monitored_barrier(timeout=timedelta(seconds=float(config["collective_timeout_s"])),
                                wait_all_ranks=True)
+
+    # e. contention: a large all_reduce while every rank also computes (DDP's overlap)
+    if world_size > 1:
+        nbytes = min(C.CONTENTION_BYTES, max(cspec.sizes_bytes))
+        for k in C.CONTENTION_BURNS:
+            if ("contention", k) in done:
+                continue
+            rec = C.measure_contention(nbytes, k, cspec)
+            keep({"kind": "contention", "ranks_per_cpu": colocated, "cores": _cpu_count(),
+                  "threads": _threads(), **rec})
+            say(f"contention {k} compute threads per rank: all_reduce {nbytes} B "
+                f"{_med(rec['times_s'])}, compute kept "
+                f"{rec['burn_rate_during'] / max(rec['burn_rate_alone'], 1e-9):.0%}"
+                if k else f"contention alone: all_reduce {nbytes} B {_med(rec['times_s'])}")
     if rank != 0:
         return {"rank": rank}
     from commsim.calibrate.worker import runtime_info
@@ -294,6 +310,14 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
         thread.join()
 
 
+def _cpu_count() -> int:
+    """Cores the ranks of this host share (affinity, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _threads() -> int:
     import torch
 
@@ -317,6 +341,7 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
     contended = [r for r in records if r["kind"] == "compute" and r["mode"] == "contended"]
     colls = [r for r in records if r["kind"] == "collective"]
     reduction = next((r for r in records if r["kind"] == "reduction"), None)
+    contention = [r for r in records if r["kind"] == "contention"]
     if not alone:
         raise RunFailed("no compute samples were taken")
     table = K.summarize(alone)
@@ -342,11 +367,15 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
             if by_op[op]:
                 collectives[op] = F.fit_collective(op, by_op[op], world_size=world_size,
                                                    network=network, reduction_s_per_B=gamma)
+        if "all_reduce" in collectives:
+            network = F.with_contention(network, contention,
+                                        collectives["all_reduce"].bandwidth_Bps)
     except ValueError as exc:
         raise RunFailed(f"fitting failed: {exc}") from None
     built = build_model(model)
     params, buffers = param_specs(built), buffer_specs(built)
     samples = {"compute": alone, "compute_contended": contended, "collectives": colls,
+               "contention": contention,
                "reduction": reduction, "reduction_s_per_B_ci95": gamma_ci,
                "nccl_table": F.nccl_table(colls)}
     return Profile(schema_version=SCHEMA_VERSION, metadata=metadata, model_name=model,

@@ -5,6 +5,7 @@ so they can only differ in how they combine the numbers, never in the numbers th
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from commsim.buckets import Bucket, assign_buckets
@@ -29,6 +30,7 @@ class CostInputs:
     wire_factor: dict = None            # collective -> link time per byte vs a plain message
     input_shape: tuple = (3, 32, 32)    # one sample (dp scatters inputs)
     output_width: int = 10              # outputs per sample (dp gathers outputs)
+    contention: tuple = ()              # ((load, bandwidth_Bps, compute_speed), ...), see below
 
     def wire(self, collective: str) -> float:
         """How much longer a byte of ``collective`` holds a NIC than a plain message's byte:
@@ -37,6 +39,16 @@ class CostInputs:
 
     def beta(self, collective: str) -> float:
         return self.beta_s_per_B * self.wire(collective)
+
+    def contended_Bps(self, load: float) -> float:
+        """The most bytes per second a rank's transfers reach while its CPU runs ``load``
+        runnable threads per core (inf when nothing limits them beyond the link)."""
+        return contended_bandwidth_Bps(tuple((x, bw) for x, bw, _ in self.contention), load)
+
+    def compute_speed(self, load: float) -> float:
+        """The fraction of its speed compute keeps while a collective runs on the same cores at
+        ``load`` (1 without contention data)."""
+        return clamped_piecewise(tuple((x, sp) for x, _, sp in self.contention), load)
 
     @property
     def model_bytes(self) -> int:
@@ -69,7 +81,37 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         wire_factor=wire_factors(profile),
         input_shape=tuple(profile.input_shape),
         output_width=profile.params[-1].numel,   # the classifier's bias: one per class
+        contention=contention_points(profile.network),
     )
+
+
+def contention_points(net) -> tuple:
+    """(load, bandwidth_Bps, compute_speed) per measured contention point of a NetworkFit."""
+    speeds = net.contention_compute_speed or (1.0,) * len(net.contention_load)
+    return tuple(zip(net.contention_load, net.contention_bandwidth_Bps, speeds))
+
+
+def contended_bandwidth_Bps(points: tuple, load: float) -> float:
+    """Bandwidth cap under CPU ``load`` from measured (load, bandwidth_Bps) points: none (inf)
+    at or below the first, communication-only, load, where the collectives' own fits apply;
+    piecewise linear between points; flat beyond the last (never extrapolated)."""
+    if not points or load <= points[0][0]:
+        return math.inf
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if load <= x1:
+            return y0 + (y1 - y0) * (load - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def clamped_piecewise(points: tuple, x: float) -> float:
+    """Piecewise linear through (x, y) ``points``: 1 at or before the first x, flat after the
+    last (measured curves are not extrapolated)."""
+    if not points or x <= points[0][0]:
+        return 1.0
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 def wire_factors(profile: Profile) -> dict:

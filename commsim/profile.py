@@ -16,7 +16,8 @@ Schema (version 1), top level::
                        [forward_spread_s, backward_spread_s, optimizer_spread_s],
                        [contended: {ranks, forward_s, backward_s, optimizer_s}]}
     grad_ready        {batch_size, fraction: [one per param, registration order, 0..1 of backward]}
-    network           {latency_s, bandwidth_Bps, [intra_host_latency_s, intra_host_bandwidth_Bps]}
+    network           {latency_s, bandwidth_Bps, [intra_host_latency_s, intra_host_bandwidth_Bps],
+                       [contention_load, contention_bandwidth_Bps, contention_compute_speed]}
     collectives       {name: {latency_s, bandwidth_Bps, reduction_s_per_B, overhead_s,
                               world_size, [ci95: {...}], [r2]}}
     samples           free-form raw measurements (kept for reports and re-fitting)
@@ -82,11 +83,36 @@ class ComputeTable:
 
 @dataclass(frozen=True)
 class NetworkFit:
-    """The point-to-point link: one message of n bytes costs latency_s + n / bandwidth_Bps."""
+    """The point-to-point link: one message of n bytes costs latency_s + n / bandwidth_Bps.
+
+    ``contention_load``/``contention_bandwidth_Bps`` (optional, same length, loads increasing):
+    the bus bandwidth a large all-reduce reached while the ranks' CPUs also ran compute threads.
+    Load is compute threads per core on a rank's CPU; the first point (load 0) is the collective
+    alone.  On shared
+    cores Gloo's threads wait for the scheduler at every step of a ring, so communication
+    overlapped with backward can run far slower than the link allows; on a slow link the link
+    still limits first.  ``contention_compute_speed`` (same length, optional): the fraction of
+    its speed the compute kept while the all-reduce ran (1 at the first point: no compute).
+    """
     latency_s: float
     bandwidth_Bps: float
     intra_host_latency_s: float | None = None
     intra_host_bandwidth_Bps: float | None = None
+    contention_load: tuple[float, ...] = ()
+    contention_bandwidth_Bps: tuple[float, ...] = ()
+    contention_compute_speed: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if len(self.contention_load) != len(self.contention_bandwidth_Bps):
+            raise ProfileError("fields 'network.contention_load' and "
+                               "'network.contention_bandwidth_Bps' must have the same length")
+        if list(self.contention_load) != sorted(set(self.contention_load)):
+            raise ProfileError("field 'network.contention_load' must be strictly increasing")
+        if self.contention_compute_speed and (
+                len(self.contention_compute_speed) != len(self.contention_load)
+                or not all(0 < v <= 1 for v in self.contention_compute_speed)):
+            raise ProfileError("field 'network.contention_compute_speed' must hold one value "
+                               "in (0, 1] per contention load")
 
 
 @dataclass(frozen=True)
@@ -167,7 +193,8 @@ class Profile:
                 compute[name] = list(getattr(c, name))
         if c.contended is not None:
             compute["contended"] = dict(c.contended)
-        network = {k: v for k, v in asdict(self.network).items() if v is not None}
+        network = {k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in asdict(self.network).items() if v not in (None, ())}
         collectives = {}
         for name, fit in sorted(self.collectives.items()):
             collectives[name] = {k: (dict(v) if isinstance(v, Mapping) else v)
@@ -342,7 +369,8 @@ def profile_from_dict(data: Any) -> Profile:
         bandwidth_Bps=_num(g(net, "bandwidth_Bps", "network", float), "network.bandwidth_Bps",
                            positive=True),
         intra_host_latency_s=_opt_num(net, "intra_host_latency_s", nonneg=True),
-        intra_host_bandwidth_Bps=_opt_num(net, "intra_host_bandwidth_Bps", positive=True))
+        intra_host_bandwidth_Bps=_opt_num(net, "intra_host_bandwidth_Bps", positive=True),
+        **_contention(net))
 
     colls = {}
     for cname, fit in g(data, "collectives", "", dict).items():
@@ -377,6 +405,21 @@ def _tensor_specs(raw: list, where: str, minimum: int) -> tuple[ParamSpec, ...]:
                              bytes=_int(_V.get(t, "bytes", path, int), f"{path}.bytes",
                                         minimum=minimum)))
     return tuple(out)
+
+
+def _contention(net: dict) -> dict:
+    loads_raw = _V.get(net, "contention_load", "network", list, required=False) or []
+    # load 0 is the collective alone: non-negative, not positive
+    bw_raw = _V.get(net, "contention_bandwidth_Bps", "network", list, required=False) or []
+    if len(loads_raw) != len(bw_raw):
+        raise ProfileError("fields 'network.contention_load' and "
+                           "'network.contention_bandwidth_Bps' must have the same length")
+    speed_raw = _V.get(net, "contention_compute_speed", "network", list, required=False) or []
+    return {"contention_load": _nums(loads_raw, "network.contention_load", nonneg=True),
+            "contention_bandwidth_Bps": _nums(bw_raw, "network.contention_bandwidth_Bps",
+                                              positive=True),
+            "contention_compute_speed": _nums(speed_raw, "network.contention_compute_speed",
+                                              positive=True)}
 
 
 def _opt_num(obj: dict, key: str, **kw) -> float | None:

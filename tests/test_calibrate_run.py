@@ -31,6 +31,13 @@ def test_quick_two_rank_calibration_writes_a_profile_that_loads(tmp_path):
     assert set(prof.collectives) == {"all_reduce", "gather", "scatter", "broadcast",
                                      "barrier", "send_recv"}
     assert all(row["wrong"] == 0 for row in prof.samples["nccl_table"])
+    # Contention: the all-reduce alone (load 0) and with 1..3 compute threads per rank.
+    net = prof.network
+    assert net.contention_load[0] == 0 and len(net.contention_load) == 4
+    assert net.contention_bandwidth_Bps[0] == prof.collectives["all_reduce"].bandwidth_Bps
+    assert list(net.contention_bandwidth_Bps) == sorted(net.contention_bandwidth_Bps,
+                                                        reverse=True)
+    assert all(0 < s <= 1 for s in net.contention_compute_speed)
     # Samples were logged one per line as they were taken, after the header.
     lines = samples_path(out).read_text().splitlines()
     assert json.loads(lines[0])["kind"] == "header" and len(lines) > 10

@@ -24,14 +24,16 @@ class SimContext:
         self.world = spec.world_size
         self.env = simpy.Environment()
         c = spec.cluster
+        speed = costs.compute_speed if costs.contention else None
         if c.shared_cpu_cores is not None:
-            pool = ProcessorSharingCPU(self.env, c.shared_cpu_cores, c.cpu_efficiency)
+            pool = ProcessorSharingCPU(self.env, c.shared_cpu_cores, c.cpu_efficiency, speed)
             self._cpus = [pool] * c.hosts
         else:
-            self._cpus = [ProcessorSharingCPU(self.env, c.cores_per_host, c.cpu_efficiency)
+            self._cpus = [ProcessorSharingCPU(self.env, c.cores_per_host, c.cpu_efficiency, speed)
                           for _ in range(c.hosts)]
         self.rec = Recorder(self.world, c.hosts, timeline)
-        self.net = Network(self.env, c, self.rec)
+        self.net = Network(self.env, c, self.rec,
+                           contention=self._contention if costs.contention else None)
         self._latches: dict[str, list] = {}
 
     @property
@@ -45,7 +47,7 @@ class SimContext:
         """Model compute (forward/backward/optimizer) with the rank's threads; stragglers slow."""
         work_s *= self.spec.stragglers.get(rank, 1.0)
         start = self.now
-        yield self.cpu_of(rank).run(work_s, self.costs.threads_per_rank)
+        yield self.cpu_of(rank).run(work_s, self.costs.threads_per_rank, compute=True)
         self.rec.compute(rank, name, start, self.now, **args)
 
     def cpu(self, rank: int, work_s: float):
@@ -70,12 +72,20 @@ class SimContext:
     def collective(self, rank: int, name: str, nbytes: float):
         """Bracket one collective call for communication-time accounting and the timeline."""
         start = self.now
-        self.rec.comm_begin(rank, start)
+        if self.rec.comm_begin(rank, start):
+            self.cpu_of(rank).communicating(+1)
         try:
             yield
         finally:
-            self.rec.comm_end(rank, self.now)
+            if self.rec.comm_end(rank, self.now):
+                self.cpu_of(rank).communicating(-1)
             self.rec.comm(rank, name, start, self.now, bytes=nbytes)
+
+    def _contention(self, src: int, dst: int) -> float:
+        """Bandwidth cap of a message: what calibration measured at the busier end's CPU load
+        (compute threads per core)."""
+        return min(self.costs.contended_Bps(self.cpu_of(src).load()),
+                   self.costs.contended_Bps(self.cpu_of(dst).load()))
 
     def together(self, key: str, ranks: int | None = None) -> simpy.Event:
         """An event that fires once ``ranks`` (default: all) ranks have asked for ``key``:

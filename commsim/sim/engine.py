@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from commsim.costs import clamped_piecewise
+
 # Work below this (seconds) is finished: guards float residue in processor sharing.
 _EPS = 1e-15
 
@@ -37,11 +39,16 @@ class Interval:
 class ProcessorSharingCPU:
     """Cores shared by jobs; exact processor sharing, event-driven (no time slicing)."""
 
-    def __init__(self, env: simpy.Environment, cores: float, efficiency: tuple = ()):
+    def __init__(self, env: simpy.Environment, cores: float, efficiency: tuple = (),
+                 comm_speed=None):
         self.env = env
         self.cores = float(cores)
         self.efficiency = tuple(efficiency)
-        self.jobs: dict[int, list] = {}   # id -> [remaining_work, threads, done_event]
+        # load -> fraction of speed jobs keep while ranks on these cores communicate (measured).
+        self.comm_speed = comm_speed
+        self.jobs: dict[int, list] = {}   # id -> [remaining_work, threads, done_event, compute]
+        self.compute_threads = 0.0        # threads of running compute jobs (not comm library)
+        self.comm_ranks = 0               # ranks on these cores inside a collective (SimContext)
         self._next_id = 0
         self._last = 0.0
         self._version = 0
@@ -49,7 +56,10 @@ class ProcessorSharingCPU:
     def _rate(self) -> float:
         busy = sum(job[1] for job in self.jobs.values())
         share = 1.0 if busy <= self.cores else self.cores / busy
-        return share * cpu_efficiency(self.efficiency, busy)
+        rate = share * clamped_piecewise(self.efficiency, busy)  # measured, beyond sharing
+        if self.comm_ranks and self.comm_speed is not None:
+            rate *= self.comm_speed(self.load())
+        return rate
 
     def _advance(self) -> None:
         now = self.env.now
@@ -76,37 +86,47 @@ class ProcessorSharingCPU:
             # Float residue: finish the job closest to done rather than spin on tiny timeouts.
             finished = [min(self.jobs, key=lambda j: self.jobs[j][0])]
         for jid in finished:
-            self.jobs.pop(jid)[2].succeed()
+            job = self.jobs.pop(jid)
+            if job[3]:
+                self.compute_threads -= job[1]
+            job[2].succeed()
         self._reschedule()
 
-    def run(self, work_s: float, threads: float) -> simpy.Event:
-        """An event that fires when ``work_s`` of work with ``threads`` threads is done."""
+    def run(self, work_s: float, threads: float, compute: bool = False) -> simpy.Event:
+        """An event that fires when ``work_s`` of work with ``threads`` threads is done;
+        ``compute`` marks model compute (it makes concurrent communication contended)."""
         done = self.env.event()
         if work_s <= 0:
             done.succeed()
             return done
         self._advance()
-        self.jobs[self._next_id] = [work_s, threads, done]
+        if compute:
+            self.compute_threads += threads
+        self.jobs[self._next_id] = [work_s, threads, done, compute]
         self._next_id += 1
         self._reschedule()
         return done
 
+    def communicating(self, delta: int) -> None:
+        """``delta`` ranks on these cores started (+1) or ended (-1) their collectives: the
+        load, and with it the jobs' speed, changes from now on."""
+        self._advance()
+        self.comm_ranks += delta
+        self._reschedule()
 
-def cpu_efficiency(points: tuple, busy: float) -> float:
-    """Piecewise-linear efficiency at ``busy`` threads; 1 before the first point, flat after."""
-    if not points or busy <= points[0][0]:
-        return 1.0
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if busy <= x1:
-            return y0 + (y1 - y0) * (busy - x0) / (x1 - x0)
-    return points[-1][1]
+    def load(self) -> float:
+        """Compute threads per core, as the contention calibration counts its load."""
+        return self.compute_threads / self.cores
 
 
 class Network:
     """Hosts' NIC directions and rendezvous matching of point-to-point messages."""
 
-    def __init__(self, env: simpy.Environment, cluster, recorder: "Recorder"):
+    def __init__(self, env: simpy.Environment, cluster, recorder: "Recorder",
+                 contention=None):
         self.env = env
+        # (src rank, dst rank) -> bandwidth cap from CPU contention at the endpoints.
+        self.contention = contention
         self.cluster = cluster
         self.rec = recorder
         self.tx = [simpy.Resource(env, capacity=1) for _ in range(cluster.hosts)]
@@ -154,7 +174,13 @@ class Network:
                     yield rx_req
                     start = self.env.now
                     bw = min(c.bandwidth_of(hs), c.bandwidth_of(hd))
-                    yield self.env.timeout(nbytes * slowdown / bw)
+                    per_byte = slowdown / bw
+                    if self.contention is not None:
+                        # Busy CPUs cap the rate (the link may still be the slower part).
+                        # Decided at the start: a message is one step of a collective, short
+                        # against the compute phases whose start or end would change it.
+                        per_byte = max(per_byte, 1.0 / self.contention(src, dst))
+                    yield self.env.timeout(nbytes * per_byte)
                     self.rec.nic(hs, hd, src, dst, nbytes, start, self.env.now)
             yield self.env.timeout(c.nic_latency_s)
         self.rec.bytes(src, dst, nbytes)
@@ -189,16 +215,22 @@ class Recorder:
         if self.timeline:
             self.intervals.append(Interval("comm", rank, name, start, end, args))
 
-    def comm_begin(self, rank: int, now: float) -> None:
-        """Communication time is the union of a rank's in-flight collectives."""
-        if self._comm_depth[rank] == 0:
+    def comm_begin(self, rank: int, now: float) -> bool:
+        """Communication time is the union of a rank's in-flight collectives.  True when the
+        rank was not communicating before."""
+        first = self._comm_depth[rank] == 0
+        if first:
             self._comm_since[rank] = now
         self._comm_depth[rank] += 1
+        return first
 
-    def comm_end(self, rank: int, now: float) -> None:
+    def comm_end(self, rank: int, now: float) -> bool:
+        """True when the rank's last in-flight collective ended."""
         self._comm_depth[rank] -= 1
         if self._comm_depth[rank] == 0:
             self.comm_s[rank] += now - self._comm_since[rank]
+            return True
+        return False
 
     def nic(self, hs: int, hd: int, src: int, dst: int, nbytes: float, start: float,
             end: float) -> None:

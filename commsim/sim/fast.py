@@ -81,6 +81,15 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         if c.ranks_per_host * per_rank > c.cores_per_host:
             return (f"{c.ranks_per_host} ranks per host can oversubscribe its "
                     f"{c.cores_per_host:g} cores")
+    # The most compute threads per core while a message is in flight: DDP ranks compute and
+    # communicate at once; the others do one or the other, so only co-located ranks' compute
+    # can overlap a message (none with one rank per host).
+    threads = max(costs.threads_per_rank, 1)
+    others = c.ranks_per_host if spec.strategy == "ddp" else c.ranks_per_host - 1
+    peak = others * threads / c.cores_per_host
+    fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
+    if costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0:
+        return "communication slowed by compute on the same cores (calibrated contention)"
     return None
 
 
