@@ -242,31 +242,37 @@ def measure_contention(nbytes: int, burn_threads: int, spec: CollectiveSpec,
     """A large all_reduce while every rank also runs ``burn_threads`` compute threads.
 
     Steps: start the burn threads; measure their rate alone for ``window_s`` (ranks wait in a
-    barrier around it, so no collective runs meanwhile); warm up one all_reduce; ``reps`` times:
-    barrier, time one all_reduce while counting burn iterations; stop the burns.  Agreed like
-    ``measure``: the slowest rank's times; burn rates are averaged over ranks.
+    barrier around it, so no collective runs meanwhile); time one warm-up all_reduce and agree
+    on ``inner`` calls per repetition so that one lasts about ``window_s`` (a burn iteration
+    takes about a millisecond: shorter windows cannot count it); ``reps`` times: barrier, run
+    ``inner`` all_reduces back to back while counting burn iterations; stop the burns.  The
+    buffer is zeros (sums stay zero however many calls: no overflow; ``measure`` checks
+    results).  Agreed like ``measure``: the slowest rank's times; burn rates averaged over ranks.
     """
-    rank, world = dist.get_rank(), dist.get_world_size()
-    bench = _Op("all_reduce", nbytes, rank, world)
+    world = dist.get_world_size()
+    x = torch.zeros(max(1, nbytes // 4))
     times, during = [], []
     with _Burn(burn_threads) as burn:
         dist.barrier()
         alone = burn.rate(window_s) if burn_threads else 0.0
         dist.barrier()
-        bench.call()
-        reps = spec.slow_reps
-        for _ in range(reps):
+        dist.all_reduce(x)
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        warm = _agree_max([time.perf_counter() - t0])[0]
+        inner = max(1, min(spec.max_inner * 20, math.ceil(window_s / max(warm, 1e-6))))
+        for _ in range(spec.slow_reps):
             dist.barrier()
             c0, t0 = burn.count, time.perf_counter()
-            bench.call()
+            for _ in range(inner):
+                dist.all_reduce(x)
             dt = time.perf_counter() - t0
-            times.append(dt)
+            times.append(dt / inner)
             during.append((burn.count - c0) / dt)
     agreed = _agree_max(times)
-    rates = torch.tensor([alone, float(np.median(during)) if during else 0.0],
-                         dtype=torch.float64)
+    rates = torch.tensor([alone, float(np.median(during))], dtype=torch.float64)
     dist.all_reduce(rates)
     return {"op": "all_reduce", "bytes": nbytes, "world_size": world,
-            "burn_threads": burn_threads, "times_s": agreed,
+            "burn_threads": burn_threads, "inner": inner, "times_s": agreed,
             "burn_rate_alone": rates[0].item() / world,
             "burn_rate_during": rates[1].item() / world}

@@ -9,6 +9,9 @@ For one batch size (``measure_batch``):
 3. during every backward a post-accumulate-grad hook on each parameter stamps the time its
    gradient is ready; stamps become fractions 0..1 of that backward's duration (registration
    order), the shape DDP's bucketing overlaps communication with.
+For CIFAR-shaped models ``measure_batch`` also times loading one batch the way ``commsim live``
+does (DataLoader over the CIFAR dataset with crop/flip augmentation, in the training process):
+the ``data`` phase, which a live iteration spends before its forward.
 ``summarize`` turns the repetitions into medians and inter-quartile ranges.
 ``measure_reduction`` times ``a.add_(b)`` on one thread (Gloo reduces on one thread) over
 buffer sizes: the reduction cost γ (seconds per byte) of the all-reduce model.
@@ -28,6 +31,7 @@ SGD_LR = 0.1
 SGD_MOMENTUM = 0.9
 SGD_WEIGHT_DECAY = 1e-4
 PHASES = ("forward", "backward", "optimizer")
+CIFAR_SHAPE = (3, 32, 32)
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,32 @@ def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: in
     if first > slow_iteration_s:
         reps = max(min_reps, 1)
     rows = [bench.iteration(x, y) for _ in range(reps)]
-    return {"batch_size": batch_size, "reps": reps, "warmup": warmup,
-            "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],
-            "optimizer_s": [r[2] for r in rows],
-            "grad_ready": np.median(np.stack([r[3] for r in rows]), axis=0).round(5).tolist()}
+    record = {"batch_size": batch_size, "reps": reps, "warmup": warmup,
+              "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],
+              "optimizer_s": [r[2] for r in rows],
+              "grad_ready": np.median(np.stack([r[3] for r in rows]), axis=0).round(5).tolist()}
+    if bench.input_shape == CIFAR_SHAPE:
+        record["data_s"] = measure_data(batch_size, reps=max(reps, 3))
+    return record
+
+
+def measure_data(batch_size: int, reps: int) -> list[float]:
+    """Seconds to load one training batch as ``commsim live`` does (synthetic images through
+    the CIFAR dataset with augmentation and a DataLoader in this process), ``reps`` times after
+    one untimed batch."""
+    from torch.utils.data import DataLoader
+
+    from commsim.calibrate.cifar import CifarDataset, synthetic_cifar
+
+    dataset = CifarDataset(*synthetic_cifar(batch_size * (reps + 1)), augment=True)
+    batches = iter(DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True))
+    next(batches)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        next(batches)
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def median_iqr(values: list[float]) -> tuple[float, float]:
@@ -114,7 +140,8 @@ def summarize(records: list[dict]) -> dict:
     """Records (any order) -> per-phase median and IQR lists, sorted by batch size."""
     records = sorted(records, key=lambda r: r["batch_size"])
     out: dict = {"batch_sizes": [r["batch_size"] for r in records]}
-    for phase in PHASES:
+    with_data = ("data",) if all("data_s" in r for r in records) else ()
+    for phase in PHASES + with_data:
         stats = [median_iqr(r[f"{phase}_s"]) for r in records]
         out[f"{phase}_s"] = [m for m, _ in stats]
         out[f"{phase}_spread_s"] = [s for _, s in stats]

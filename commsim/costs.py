@@ -19,7 +19,7 @@ class CostInputs:
     beta_s_per_B: float                 # seconds per byte on a (homogeneous) link
     gamma_s_per_B: float                # CPU seconds per byte reduced
     overhead_s: dict                    # collective name -> fixed cost of one call
-    forward_s: float                    # per rank, at its batch size, measured alone
+    forward_s: float                    # per rank at its batch size, alone: loading + forward
     backward_s: float
     optimizer_s: float
     threads_per_rank: int
@@ -69,7 +69,9 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         beta_s_per_B=1.0 / c.nic_bandwidth_Bps,
         gamma_s_per_B=gamma,
         overhead_s=overheads,
-        forward_s=comp.time_s("forward", batch),
+        # Loading the batch runs on the rank's thread right before forward: part of it here,
+        # so every engine and closed form counts it the same way.
+        forward_s=comp.time_s("data", batch) + comp.time_s("forward", batch),
         backward_s=comp.time_s("backward", batch),
         optimizer_s=comp.time_s("optimizer", batch),
         threads_per_rank=comp.threads_per_rank,

@@ -14,6 +14,7 @@ Schema (version 1), top level::
                        [buffers: [{name, numel, bytes}, ...]]  (batch-norm statistics etc.)}
     compute           {threads_per_rank, batch_sizes, forward_s, backward_s, optimizer_s,
                        [forward_spread_s, backward_spread_s, optimizer_spread_s],
+                       [data_s, data_spread_s]  (loading a batch before forward),
                        [contended: {ranks, forward_s, backward_s, optimizer_s}]}
     grad_ready        {batch_size, fraction: [one per param, registration order, 0..1 of backward]}
     network           {latency_s, bandwidth_Bps, [intra_host_latency_s, intra_host_bandwidth_Bps],
@@ -74,11 +75,14 @@ class ComputeTable:
     backward_spread_s: tuple[float, ...] = ()
     optimizer_spread_s: tuple[float, ...] = ()
     contended: Mapping[str, Any] | None = None
+    # Loading one batch (DataLoader + augmentation) before forward; empty when not measured.
+    data_s: tuple[float, ...] = ()
+    data_spread_s: tuple[float, ...] = ()
 
     def time_s(self, phase: str, batch: float) -> float:
         ys = {"forward": self.forward_s, "backward": self.backward_s,
-              "optimizer": self.optimizer_s}[phase]
-        return interpolate(self.batch_sizes, ys, batch)
+              "optimizer": self.optimizer_s, "data": self.data_s}[phase]
+        return interpolate(self.batch_sizes, ys, batch) if ys else 0.0
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,8 @@ class Profile:
             "backward_s": list(c.backward_s),
             "optimizer_s": list(c.optimizer_s),
         }
-        for name in ("forward_spread_s", "backward_spread_s", "optimizer_spread_s"):
+        for name in ("forward_spread_s", "backward_spread_s", "optimizer_spread_s", "data_s",
+                     "data_spread_s"):
             if getattr(c, name):
                 compute[name] = list(getattr(c, name))
         if c.contended is not None:
@@ -340,7 +345,8 @@ def profile_from_dict(data: Any) -> Profile:
         raise ProfileError("field 'compute.batch_sizes' must be strictly increasing")
     n = len(sizes)
     spreads = {}
-    for key in ("forward_spread_s", "backward_spread_s", "optimizer_spread_s"):
+    for key in ("forward_spread_s", "backward_spread_s", "optimizer_spread_s", "data_s",
+                "data_spread_s"):
         raw = g(comp, key, "compute", list, required=False)
         spreads[key] = _nums(raw, f"compute.{key}", n, nonneg=True) if raw is not None else ()
     contended = g(comp, "contended", "compute", dict, required=False)

@@ -60,3 +60,22 @@ def test_missing_file_and_directory(tmp_path):
         load(tmp_path / "nope.json")
     with pytest.raises(ProfileError, match="directory"):
         load(tmp_path)
+
+
+def test_data_loading_column_round_trips_and_counts_before_forward():
+    import dataclasses
+
+    from commsim.api import run_spec, Scenario
+    from commsim.costs import cost_inputs
+    from profiles import make_profile
+
+    prof = make_profile()
+    comp = prof.compute
+    loaded = dataclasses.replace(prof, compute=dataclasses.replace(
+        comp, data_s=tuple(0.01 * b / comp.batch_sizes[0] for b in comp.batch_sizes)))
+    assert loads(loaded.dumps()).compute.data_s == loaded.compute.data_s
+    spec = run_spec(prof, "ring", 2, Scenario(global_batch=64))
+    before, after = cost_inputs(spec, prof), cost_inputs(spec, loaded)
+    assert after.forward_s - before.forward_s == pytest.approx(
+        loaded.compute.time_s("data", spec.per_rank_batch))
+    assert prof.compute.time_s("data", 32) == 0.0   # not measured: nothing added
