@@ -14,7 +14,9 @@ does (DataLoader over the CIFAR dataset with crop/flip augmentation, in the trai
 the ``data`` phase, which a live iteration spends before its forward.
 ``summarize`` turns the repetitions into medians and inter-quartile ranges.
 ``measure_reduction`` times ``a.add_(b)`` on one thread (Gloo reduces on one thread) over
-buffer sizes: the reduction cost γ (seconds per byte) of the all-reduce model.
+buffer sizes: the reduction cost γ (seconds per byte) of the all-reduce model; and the
+parameter server's mean on the root as the seeds' listing computes it (p zero buffers to gather
+into, ``torch.stack``, ``torch.mean``), several times γ per byte because it copies.
 """
 from __future__ import annotations
 
@@ -149,22 +151,37 @@ def summarize(records: list[dict]) -> dict:
 
 
 def measure_reduction(sizes_bytes: tuple[int, ...] = (1 << 16, 1 << 20, 1 << 22, 1 << 24),
-                      reps: int = 5) -> dict:
-    """Median seconds of ``a.add_(b)`` on float32 buffers, single-threaded, per size."""
+                      reps: int = 5, world: int = 2) -> dict:
+    """Median seconds of ``a.add_(b)`` on float32 buffers, single-threaded, per size; and of
+    the parameter server's mean of ``world`` such buffers (``mean_times_s``)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        times = []
+        times, mean_times = [], []
         for n in sizes_bytes:
             a = torch.ones(max(1, n // 4))
             b = torch.ones_like(a)
             a.add_(b)  # first touch
-            runs = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                a.add_(b)
-                runs.append(time.perf_counter() - t0)
-            times.append(float(np.median(runs)))
+            times.append(_median_time(lambda: a.add_(b), reps))
+            mean_times.append(_median_time(lambda: _ps_mean(a, world), reps))
     finally:
         torch.set_num_threads(previous)
-    return {"sizes_bytes": list(sizes_bytes), "times_s": times}
+    return {"sizes_bytes": list(sizes_bytes), "times_s": times, "world": world,
+            "mean_times_s": mean_times}
+
+
+def _ps_mean(grad: torch.Tensor, world: int) -> torch.Tensor:
+    """What rank 0 computes in the seeds' parameter server (live ``sync_ps``): buffers for
+    every rank's gradient, then the mean of them stacked."""
+    gathered = [torch.zeros_like(grad) for _ in range(world)]
+    return torch.mean(torch.stack(gathered), dim=0)
+
+
+def _median_time(fn: Callable[[], object], reps: int) -> float:
+    fn()  # first touch / allocator
+    runs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return float(np.median(runs))

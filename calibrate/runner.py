@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -224,7 +224,7 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     # c. local reduction cost
     with heartbeat(beat_group, beat_s):
         if rank == 0 and ("reduction",) not in done:
-            keep({"kind": "reduction", **K.measure_reduction()})
+            keep({"kind": "reduction", **K.measure_reduction(world=world_size)})
 
     # d. collectives
     cspec = C.CollectiveSpec(sizes_bytes=tuple(config["sizes_bytes"]),
@@ -370,6 +370,12 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
         if "all_reduce" in collectives:
             network = F.with_contention(network, contention,
                                         collectives["all_reduce"].bandwidth_Bps)
+        if "gather" in collectives and reduction and "mean_times_s" in reduction:
+            # The root's reduction after a gather is the parameter server's mean: per byte
+            # gathered (world x size), not Gloo's in-place add.
+            mean, _ = F.fit_reduction([n * reduction["world"] for n in reduction["sizes_bytes"]],
+                                      reduction["mean_times_s"])
+            collectives["gather"] = replace(collectives["gather"], reduction_s_per_B=mean)
     except ValueError as exc:
         raise RunFailed(f"fitting failed: {exc}") from None
     built = build_model(model)

@@ -18,6 +18,7 @@ class CostInputs:
     alpha_s: float                      # one-way message latency between hosts
     beta_s_per_B: float                 # seconds per byte on a (homogeneous) link
     gamma_s_per_B: float                # CPU seconds per byte reduced
+    mean_s_per_B: float                 # parameter server: root CPU seconds per byte gathered
     overhead_s: dict                    # collective name -> fixed cost of one call
     forward_s: float                    # per rank at its batch size, alone: loading + forward
     backward_s: float
@@ -68,6 +69,9 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         alpha_s=c.nic_latency_s,
         beta_s_per_B=1.0 / c.nic_bandwidth_Bps,
         gamma_s_per_B=gamma,
+        # The gather fit's reduction cost is the root's mean (calibrate measures it); older
+        # profiles carry γ there.
+        mean_s_per_B=profile.collective("gather").reduction_s_per_B or gamma,
         overhead_s=overheads,
         # Loading the batch runs on the rank's thread right before forward: part of it here,
         # so every engine and closed form counts it the same way.

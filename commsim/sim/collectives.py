@@ -48,7 +48,8 @@ def gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root: int = 0
     """Parameter-server sync of one tensor through ``root`` (the seeds' Task 2a), for ``rank``.
 
     1. gather: every rank sends its n bytes to the root, which has posted all receives;
-    2. the root computes the elementwise mean of the p buffers (p·n·γ on its CPU);
+    2. the root computes the elementwise mean of the p buffers (p·n times the calibrated cost
+       per byte gathered, ``mean_s_per_B``, on its CPU);
     3. scatter: the root sends the mean to every rank, all sends posted at once.
     """
     p = ctx.world
@@ -60,7 +61,7 @@ def gather_mean_scatter(ctx: SimContext, rank: int, nbytes: float, root: int = 0
         yield from ctx.wait(costs.overhead("gather"))
         if rank == root:
             yield ctx.all_of(ctx.recv(root, r) for r in others)
-            yield from ctx.cpu(rank, p * nbytes * costs.gamma_s_per_B)
+            yield from ctx.cpu(rank, p * nbytes * costs.mean_s_per_B)
             yield from ctx.wait(costs.overhead("scatter"))
             yield ctx.all_of(ctx.send(root, r, nbytes, collective="scatter") for r in others)
         else:

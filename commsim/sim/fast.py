@@ -375,7 +375,7 @@ def _PS(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
             arrive, serve = arrive[order], serve[order]
             tail = np.cumsum(serve[::-1])[::-1]           # Σ s_j over j >= k in arrival order
             gathered = max(gathered, float((arrive + tail).max()) + alpha)
-        mean_work = p * n * costs.gamma_s_per_B
+        mean_work = p * n * costs.mean_s_per_B
         scatter = gathered + (mean_work / lay.b if mean_work > 0 else 0.0) + o_scatter
         delivered = np.empty(p - 1)
         delivered[~inter] = scatter + local

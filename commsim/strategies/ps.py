@@ -45,9 +45,9 @@ class ParameterServer(Strategy):
         if self.algorithm(spec) == "binomial":
             raise UserError("--engine analytic: binomial gather/scatter puts uneven bytes on "
                             "ranks; use --engine des")
-        a, g = costs.alpha_s, costs.gamma_s_per_B
+        a = costs.alpha_s
         comm = sum(cf.linear_gather_s(n, p, a, costs.beta("gather"), costs.overhead("gather"))
-                   + cf.mean_on_root_s(n, p, g)
+                   + cf.mean_on_root_s(n, p, costs.mean_s_per_B)
                    + cf.linear_scatter_s(n, p, a, costs.beta("scatter"), costs.overhead("scatter"))
                    for n in costs.param_bytes)
         compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
