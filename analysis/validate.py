@@ -36,6 +36,7 @@ class ValidationGrid:
 
     rates_Bps:  emulated link rates; empty = local ranks over loopback.
     iterations: timed live iterations per cell (the first, discarded, comes on top).
+    sync_every, group_size, compression: the what-ifs ``live`` and ``predict`` both run.
     """
     strategies: tuple[str, ...] = ("ps", "ring", "ddp")
     nodes: tuple[int, ...] = (2, 3, 4)
@@ -47,6 +48,29 @@ class ValidationGrid:
     model: str | None = None
     data_dir: str | None = None
     timeout_s: float = 900.0
+    sync_every: int = 1
+    group_size: int | None = None
+    compression: str | None = None
+
+    def live_kwargs(self, strategy: str) -> dict:
+        """LiveConfig fields of one cell (``commsim.calibrate.live.LiveConfig(**...)``)."""
+        kw = {"strategy": strategy, "global_batch": self.global_batch,
+              "batch_per_rank": self.batch_per_rank, "bucket_mb": self.bucket_mb,
+              "data_dir": self.data_dir, "sync_every": self.sync_every,
+              "group_size": self.group_size, "compression": self.compression,
+              # whole accumulation cycles: live times k passes per synchronised step
+              "iterations": -(-self.iterations // self.sync_every) * self.sync_every}
+        if self.model:
+            kw["model"] = self.model
+        return kw
+
+    @property
+    def variant(self) -> str:
+        """The what-if in a few characters ("" for plain data parallelism)."""
+        parts = [f"k={self.sync_every}"] if self.sync_every != 1 else []
+        parts += [f"g={self.group_size}"] if self.group_size else []
+        parts += [self.compression] if self.compression else []
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -115,7 +139,9 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
                     # live passes bucket_cap_mb explicitly, which caps DDP's first bucket too
                     bucket_bytes=cap, first_bucket_bytes=cap,
                     bandwidth_Bps=bandwidth, shared_cpu_cores=cores,
-                    cpu_efficiency=measured_cpu_efficiency(profile, batch))
+                    cpu_efficiency=measured_cpu_efficiency(profile, batch),
+                    sync_every=grid.sync_every, group_size=grid.group_size,
+                    compression=grid.compression)
 
 
 def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 10.0,
@@ -127,12 +153,7 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
         from commsim.calibrate.live import LiveConfig, run_live as _run
 
         def run_live(strategy, nodes, emulate):
-            kw = {"strategy": strategy, "global_batch": grid.global_batch,
-                  "batch_per_rank": grid.batch_per_rank, "iterations": grid.iterations,
-                  "bucket_mb": grid.bucket_mb, "data_dir": grid.data_dir}
-            if grid.model:
-                kw["model"] = grid.model
-            return _run(LiveConfig(**kw), nodes=nodes, emulate=emulate,
+            return _run(LiveConfig(**grid.live_kwargs(strategy)), nodes=nodes, emulate=emulate,
                         timeout_s=grid.timeout_s)
     cores = float(os.cpu_count() or 1)
     rows = []
@@ -146,7 +167,8 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
                 sc = live_scenario(profile, grid, nodes, rate,
                                    measured.get("threads_per_rank") or 1, cores)
                 predicted = predict(profile, strategy, nodes, sc).to_dict()
-                rows.append(compare(predicted, measured, rate_Bps=rate))
+                rows.append({**compare(predicted, measured, rate_Bps=rate),
+                             "variant": grid.variant})
     source = {k: profile.metadata.get(k) for k in ("source", "created", "command", "nodes",
                                                      "emulated_rate_Bps")}
     return ValidationReport(rows=tuple(rows), summary=summarize(rows, tolerance_pct),
@@ -157,7 +179,8 @@ def rows_table(rows: Iterable[dict]) -> list[dict]:
     """Rows for the text table: what a reader needs, in order."""
     out = []
     for r in rows:
-        out.append({"strategy": r["strategy"], "nodes": r["nodes"],
+        out.append({"strategy": " ".join(filter(None, (r["strategy"], r.get("variant")))),
+                    "nodes": r["nodes"],
                     "rate": "loopback" if not r["rate_Bps"] else f"{r['rate_Bps'] * 8 / 1e6:g}mbit",
                     "predicted_s": r["predicted_s"], "measured_s": r["measured_s"],
                     "spread_s": r["measured_spread_s"], "error_pct": r["error_pct"]})

@@ -3,12 +3,17 @@
 Grid: strategies ps, ring, ddp x nodes 2, 3, 4 x link rates 100mbit and 1gbit; VGG-11 on
 synthetic CIFAR-10-shaped data, global batch 256.  Steps:
 
-1. calibrate once at the start: ``commsim calibrate --emulate 1gbit --nodes 4`` (the main
-   profile) and ``--nodes 2`` (the extrapolation profile);
+1. per link rate (each is a different cluster), calibrate once before its cells:
+   ``commsim calibrate --emulate RATE --nodes 4`` (the main profile) and ``--nodes 2`` (the
+   extrapolation profile); print each calibration's all-reduce bus bandwidth against the rate;
 2. run every cell live once (``commsim live``: median of the timed iterations, first dropped);
-3. predict every cell from the 4-node profile (other rate: the link scaled, the calibrated
-   efficiency kept) and, separately, 3- and 4-node cells from the 2-node profile;
-4. print both tables and the median / 90th percentile / max absolute error, and write
+3. predict every cell from its rate's 4-node profile and, separately, 3- and 4-node cells from
+   its rate's 2-node profile; also every cell from the *other* rate's 4-node profile (the
+   link-rate what-if), reported without a target;
+   and, unless ``--no-whatifs``, the what-ifs live runs support (ring and DDP with k=2 local
+   aggregation, ring with groups of 2, DDP with the fp16 hook) on the fastest link at the
+   largest node count, held to the same targets;
+4. print the tables and the median / 90th percentile / max absolute error, and write
    ``reports/fidelity/fidelity.json`` and ``reports/fidelity/fidelity.md``.
 
 Targets (issue 4): median |error| <= 3 %, max <= 8 %, for both.  Run as root:
@@ -28,9 +33,14 @@ from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, run as calibrate
 from commsim.profile import atomic_write_text
 from commsim.table import text_table
-from commsim.units import fmt_time, parse_rate_Bps
+from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
 
 TARGET_MEDIAN, TARGET_MAX = 3.0, 8.0
+
+
+def rate_name(rate_Bps: float) -> str:
+    """100mbit, 1000mbit: as ``--emulate`` takes it and fit for a file name."""
+    return f"{rate_Bps * 8 / 1e6:g}mbit"
 
 
 def main(argv=None) -> int:
@@ -41,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="100mbit,1gbit")
     ap.add_argument("--global-batch", type=int, default=256)
     ap.add_argument("--quick", action="store_true", help="quick calibration sweeps")
+    ap.add_argument("--no-whatifs", dest="whatifs", action="store_false",
+                    help="skip the what-if cells (k=2, g=2, fp16)")
     ap.add_argument("--out", default="reports/fidelity")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -52,54 +64,114 @@ def main(argv=None) -> int:
     def say(msg):
         print(f"[fidelity {time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
 
-    calib_rate = parse_rate_Bps("1gbit")
-    profiles = {}
-    for n in (max(nodes), 2):
-        say(f"calibrating on {n} emulated nodes at 1gbit")
-        path = out / f"profile_{n}nodes_1gbit.json"
-        profiles[n] = calibrate(CalibrateOptions(out=path, nodes=n, emulate_Bps=calib_rate,
-                                                 quick=args.quick, force=True,
-                                                 command=f"bench/fidelity.py: commsim calibrate "
-                                                         f"--emulate 1gbit --nodes {n}"),
-                                progress=None)
+    strategies = tuple(args.strategies.split(","))
+    profiles, calibrations, measured = {}, [], {}
 
-    measured = {}
+    def calibrate_at(rate: float, n: int):
+        name = rate_name(rate)
+        say(f"calibrating on {n} emulated nodes at {name}")
+        path = out / f"profile_{n}nodes_{name}.json"
+        started = time.monotonic()
+        prof = calibrate(CalibrateOptions(out=path, nodes=n, emulate_Bps=rate, quick=args.quick,
+                                          force=True,
+                                          command=f"bench/fidelity.py: commsim calibrate "
+                                                  f"--emulate {name} --nodes {n}"),
+                         progress=None)
+        ar = prof.collectives["all_reduce"]
+        calibrations.append({"nodes": n, "rate_Bps": rate, "wall_s": time.monotonic() - started,
+                             "link_Bps": prof.network.bandwidth_Bps,
+                             "all_reduce_busbw_Bps": ar.bandwidth_Bps,
+                             "all_reduce_busbw_pct_of_rate": 100 * ar.bandwidth_Bps / rate,
+                             "contention_load": list(prof.network.contention_load),
+                             "contention_bandwidth_Bps": list(
+                                 prof.network.contention_bandwidth_Bps),
+                             "contention_compute_speed": list(
+                                 prof.network.contention_compute_speed)})
+        return prof
 
-    def live(strategy, n, emulate):
-        key = (strategy, n, emulate.bandwidth_Bps if emulate else None)
-        if key not in measured:
-            say(f"live {strategy} on {n} nodes at {key[2] * 8 / 1e6:g} Mbit/s")
-            measured[key] = run_live(LiveConfig(strategy=strategy, global_batch=args.global_batch,
-                                                iterations=args.iterations),
-                                     nodes=n, emulate=emulate, timeout_s=1200)
-        return measured[key]
+    def live_for(g: ValidationGrid):
+        """Live cells of ``g``, each run once however many profiles predict it."""
+        def live(strategy, n, emulate):
+            key = (strategy, n, emulate.bandwidth_Bps if emulate else None, g.variant)
+            if key not in measured:
+                say(f"live {strategy} {g.variant} on {n} nodes at {key[2] * 8 / 1e6:g} Mbit/s")
+                measured[key] = run_live(LiveConfig(**g.live_kwargs(strategy)), nodes=n,
+                                         emulate=emulate, timeout_s=1200)
+            return measured[key]
+        return live
 
-    grid = ValidationGrid(strategies=tuple(args.strategies.split(",")), nodes=nodes,
-                          rates_Bps=rates, iterations=args.iterations,
-                          global_batch=args.global_batch)
+    def grid(cell_nodes, rate, strategies=strategies, **whatif):
+        return ValidationGrid(strategies=strategies, nodes=cell_nodes, rates_Bps=(rate,),
+                              iterations=args.iterations, global_batch=args.global_batch,
+                              **whatif)
+
+    def check(g: ValidationGrid, profile):
+        return validate(g, profile, tolerance_pct=TARGET_MEDIAN, run_live=live_for(g),
+                        cluster_for_rate=cluster_for_rate, progress=say).rows
+
     cluster_for_rate = lambda rate, n: cluster.up(n, rate)  # noqa: E731
-    main_report = validate(grid, profiles[max(nodes)], tolerance_pct=TARGET_MEDIAN,
-                           run_live=live, cluster_for_rate=cluster_for_rate, progress=say)
-    ext_grid = ValidationGrid(strategies=grid.strategies, nodes=tuple(n for n in nodes if n > 2),
-                              rates_Bps=rates, iterations=args.iterations,
-                              global_batch=args.global_batch)
-    ext_report = (validate(ext_grid, profiles[2], tolerance_pct=TARGET_MEDIAN, run_live=live,
-                           cluster_for_rate=cluster_for_rate, progress=say)
-                  if ext_grid.nodes else main_report.__class__(rows=(), summary={}))
-    result = {"main": main_report.to_dict(), "extrapolation": ext_report.to_dict(),
+    ext_nodes = tuple(n for n in nodes if n > 2)
+    main_rows, ext_rows = [], []
+    # Each link rate is a different cluster: calibrate it once, right before its cells, at the
+    # largest node count (main) and at 2 nodes (extrapolation), then run its cells.
+    for rate in rates:
+        profiles[(rate, max(nodes))] = calibrate_at(rate, max(nodes))
+        profiles[(rate, 2)] = calibrate_at(rate, 2)
+        main_rows += check(grid(nodes, rate), profiles[(rate, max(nodes))])
+        if ext_nodes:
+            ext_rows += check(grid(ext_nodes, rate), profiles[(rate, 2)])
+    # The what-ifs that run live (issue 7), on the fastest link at the largest node count,
+    # predicted from that rate's main profile.
+    whatif_rows = []
+    if args.whatifs:
+        rate = max(rates)
+        for strategy, whatif in (("ring", {"sync_every": 2}), ("ring", {"group_size": 2}),
+                                 ("ddp", {"sync_every": 2}), ("ddp", {"compression": "fp16"})):
+            whatif_rows += check(grid((max(nodes),), rate, (strategy,), **whatif),
+                                 profiles[(rate, max(nodes))])
+    # Another link rate from one profile (the what-if a user asks): the same live cells,
+    # predicted from the profile of the other rate.  Reported, not held to the targets.
+    cross_rows = []
+    for rate in rates:
+        for other in rates:
+            if other != rate:
+                cross_rows += check(grid(nodes, rate), profiles[(other, max(nodes))])
+    sections = (("Calibrated at 4 nodes on each link", main_rows, True),
+                ("Calibrated at 2 nodes, predicting 3 and 4 (extrapolation)", ext_rows, True),
+                ("What-ifs run live: local aggregation (k), groups (g), fp16 compression",
+                 whatif_rows, True),
+                ("Calibrated on the other link rate (cross-rate what-if; not a target)",
+                 cross_rows, False))
+    result = {"main": {"rows": main_rows, "summary": summarize(main_rows, TARGET_MEDIAN)},
+              "extrapolation": {"rows": ext_rows, "summary": summarize(ext_rows, TARGET_MEDIAN)},
+              "whatifs": {"rows": whatif_rows, "summary": summarize(whatif_rows, TARGET_MEDIAN)},
+              "cross_rate": {"rows": cross_rows,
+                             "summary": summarize(cross_rows, TARGET_MEDIAN)},
+              "calibrations": calibrations,
               "targets": {"median_abs_error_pct": TARGET_MEDIAN, "max_abs_error_pct": TARGET_MAX},
               "wall_s": time.monotonic() - t0, "iterations": args.iterations,
               "command": "python bench/fidelity.py " + " ".join(argv or sys.argv[1:])}
     lines = ["# bench/fidelity", "", f"`{result['command'].strip()}`, wall "
              f"{result['wall_s']:.0f} s; VGG-11, synthetic data, global batch "
              f"{args.global_batch}, {args.iterations} timed iterations per cell.", ""]
-    for title, report in (("Calibrated at 4 nodes", main_report),
-                          ("Calibrated at 2 nodes, predicting 3 and 4 (extrapolation)",
-                           ext_report)):
-        if not report.rows:
+    cal_table = text_table(calibrations, columns=(
+        ("nodes", "nodes", str), ("link", "rate_Bps", rate_name),
+        ("calibrate", "wall_s", lambda v: f"{v:.0f} s"),
+        ("link fit", "link_Bps", fmt_rate), ("all_reduce busbw", "all_reduce_busbw_Bps", fmt_rate),
+        ("% of rate", "all_reduce_busbw_pct_of_rate", lambda v: f"{v:.1f}%"),
+        ("busbw under load", "contention_bandwidth_Bps",
+         lambda v: ", ".join(fmt_rate(x) for x in v[1:]) or "-"),
+        ("compute kept", "contention_compute_speed",
+         lambda v: ", ".join(f"{x:.0%}" for x in v[1:]) or "-")))
+    print(f"\nCalibrations (issue 3: all-reduce busbw within 10% of the rate)\n{cal_table}")
+    lines += ["## Calibrations", "", "```", cal_table, "```", "",
+              "busbw under load / compute kept: with 1, 2, 3 compute threads per rank "
+              "(the contention the simulator applies while DDP overlaps).", ""]
+    for title, rows, targeted in sections:
+        if not rows:
             continue
-        s = summarize(report.rows, TARGET_MEDIAN)
-        table = text_table(rows_table(report.rows), columns=(
+        s = summarize(rows, TARGET_MEDIAN)
+        table = text_table(rows_table(rows), columns=(
             ("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
             ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
             ("spread", "spread_s", lambda v: "-" if v is None else fmt_time(v)),
@@ -108,8 +180,8 @@ def main(argv=None) -> int:
                    and s["max_abs_error_pct"] <= TARGET_MAX else "FAIL")
         summary = (f"|error| median {s['median_abs_error_pct']:.1f}%, p90 "
                    f"{s['p90_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% over "
-                   f"{s['cells']} cells (targets: median <= {TARGET_MEDIAN}%, max <= "
-                   f"{TARGET_MAX}%): {verdict}")
+                   f"{s['cells']} cells" + (f" (targets: median <= {TARGET_MEDIAN}%, max <= "
+                                            f"{TARGET_MAX}%): {verdict}" if targeted else ""))
         print(f"\n{title}\n{table}\n{summary}")
         lines += [f"## {title}", "", "```", table, "```", "", summary, ""]
     atomic_write_text(out / "fidelity.json", json.dumps(result, indent=1, sort_keys=True) + "\n",
