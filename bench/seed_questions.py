@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile")
     ap.add_argument("--fidelity", default="reports/fidelity/fidelity.json")
+    ap.add_argument("--traffic-accuracy", default="reports/traffic_accuracy.json")
     ap.add_argument("--out", default="reports/seed_questions.md")
     args = ap.parse_args(argv)
     prof = load(args.profile) if args.profile else load_default()
@@ -118,12 +119,34 @@ def main(argv=None) -> int:
                          fmt_time(r.iteration_s), fmt_time(r.epoch_s)])
     md += [table(["k", "strategy", "sent/rank/iteration", "sent/rank/epoch", "iteration",
                   "epoch"], rows), "",
-           "Traffic falls as 1/k. Accuracy needs training on real CIFAR-10 (not available "
+           "Traffic falls as 1/k. VGG-11 accuracy needs real CIFAR-10 (not available "
            "offline here): `commsim live --data DIR` reports test accuracy for the runs it "
            "measures.", ""]
+    md += _measured_traffic_accuracy(Path(args.traffic_accuracy))
     atomic_write_text(args.out, "\n".join(md) + "\n", force=True)
     print("\n".join(md))
     return 0
+
+
+def _measured_traffic_accuracy(path: Path) -> list[str]:
+    """The live measurement of traffic vs accuracy (``bench/traffic_accuracy.py``'s JSON), as
+    a table: bytes from the interface counters and test accuracy per k and g."""
+    if not path.exists():
+        return [f"(No live traffic/accuracy measurement at {path}: run "
+                "`python bench/traffic_accuracy.py --out reports`.)", ""]
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    rows = [[r["sync_every"], r["group_size"] or "all", r["iterations"],
+             fmt_bytes(r["bytes_sent_per_rank"]), fmt_bytes(r["predicted_bytes_sent_per_rank"]),
+             f"{100 * r['test_accuracy']:.1f}%"] for r in data["rows"]]
+    return [f"Measured live (`{meta['command']}`: {meta['strategy']} on {meta['nodes']} "
+            f"emulated nodes at {meta['rate']}, {meta['model']}, {meta['data']}; one seed):", "",
+            table(["k", "g", "iterations", "sent/rank/iteration (interface)",
+                   "predicted payload", "test accuracy"], rows), "",
+            "Network I/O falls as 1/k exactly as predicted (the interface also counts TCP/IP "
+            "headers and ACKs).  Accuracy at equal iterations did not fall with k here: at the "
+            "base lr every step averages k times more samples, which this small model and data "
+            "favour; training 4x longer at k=4 reaches the highest accuracy.", ""]
 
 
 def _strong_example(prof) -> str:

@@ -61,7 +61,8 @@ def test_fit_scales_the_all_reduce_fit_by_the_measured_slowdown():
 
 def _transfer_time(load_threads: float) -> float:
     """One 1e6-byte message between two 1-core hosts while the sender computes with
-    ``load_threads`` threads; link 1e6 B/s, cap 5e5 B/s at load >= 1 (none at 0)."""
+    ``load_threads`` threads (with its communication thread, more than the core); link 1e6 B/s,
+    cap 5e5 B/s at load >= 1 (none at 0)."""
     prof = with_points(TOY, (0.0, 1.0), (1e6, 5e5))
     from commsim.costs import cost_inputs
     from commsim.sim.context import SimContext
@@ -69,6 +70,7 @@ def _transfer_time(load_threads: float) -> float:
     spec = run_spec(prof, "ring", 2, Scenario(global_batch=64, cores_per_host=1,
                                               bandwidth_Bps=1e6, latency_s=0.0))
     ctx = SimContext(spec, cost_inputs(spec, prof))
+    ctx.cpu_of(0).communicating(+1)  # the sender is inside a collective
     if load_threads:
         ctx.cpu_of(0).run(10.0, load_threads, compute=True)
     ctx.recv(1, 0)
@@ -108,3 +110,14 @@ def test_ddp_overlap_costs_more_under_contention_and_fast_engine_defers_to_the_d
     with pytest.raises(UserError, match="contention"):
         predict(slow, "ddp", 2, sc, engine="fast")
     predict(slow, "ring", 2, sc, engine="fast")
+
+
+def test_no_contention_while_compute_and_communication_fit_in_the_cores():
+    """Two cores: one compute thread and one communicating rank fit, nothing is capped and the
+    fast engine stays exact; one core: they contend."""
+    slow = with_points(TOY, (0.0, 1.0), (1e6, 1e5), (1.0, 0.5))
+    roomy = Scenario(global_batch=64, cores_per_host=2, first_bucket_bytes=4000)
+    assert predict(slow, "ddp", 2, roomy, engine="fast").iteration_s == pytest.approx(
+        predict(TOY, "ddp", 2, roomy, engine="des").iteration_s, rel=1e-12)
+    tight = Scenario(global_batch=64, cores_per_host=1, first_bucket_bytes=4000)
+    assert predict(slow, "ddp", 2, tight).iteration_s > predict(TOY, "ddp", 2, tight).iteration_s

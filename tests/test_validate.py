@@ -42,6 +42,26 @@ def test_validate_with_a_stand_in_live_run():
     json.dumps(report.to_dict())
 
 
+def test_what_if_cells_predict_and_run_the_same_what_if():
+    """A grid with k=2 runs live with k=2 (whole cycles) and predicts k=2: the prediction is the
+    simulator's for that what-if, not the plain one's."""
+    profile = make_profile()
+    grid = ValidationGrid(strategies=("ring",), nodes=(2,), iterations=3, sync_every=2)
+    kw = grid.live_kwargs("ring")
+    assert kw["sync_every"] == 2 and kw["iterations"] == 4 and kw["compression"] is None
+    assert grid.variant == "k=2"
+    assert ValidationGrid(group_size=2, compression="fp16").variant == "g=2 fp16"
+
+    def fake_live(strategy, nodes, emulate):
+        return {"strategy": strategy, "nodes": nodes, "iteration_s": 1.0}
+
+    row = validate(grid, profile, run_live=fake_live).rows[0]
+    plain = validate(ValidationGrid(strategies=("ring",), nodes=(2,)), profile,
+                     run_live=fake_live).rows[0]
+    assert row["variant"] == "k=2" and plain["variant"] == ""
+    assert row["predicted_s"] < plain["predicted_s"]   # one sync per two passes
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 def test_ci_sized_live_validate(tmp_path, capsys):

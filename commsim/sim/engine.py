@@ -115,7 +115,10 @@ class ProcessorSharingCPU:
         self._reschedule()
 
     def load(self) -> float:
-        """Compute threads per core, as the contention calibration counts its load."""
+        """Compute threads per core, as the contention calibration counts its load; 0 while
+        compute and communication threads together fit in the cores (nothing to contend)."""
+        if self.compute_threads + self.comm_ranks <= self.cores:
+            return 0.0
         return self.compute_threads / self.cores
 
 

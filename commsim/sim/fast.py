@@ -86,7 +86,8 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     # can overlap a message (none with one rank per host).
     threads = max(costs.threads_per_rank, 1)
     others = c.ranks_per_host if spec.strategy == "ddp" else c.ranks_per_host - 1
-    peak = others * threads / c.cores_per_host
+    runnable = others * threads + c.ranks_per_host   # plus one communicating thread per rank
+    peak = others * threads / c.cores_per_host if runnable > c.cores_per_host else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
     if costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0:
         return "communication slowed by compute on the same cores (calibrated contention)"
