@@ -210,13 +210,17 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
             with heartbeat(beat_group, beat_s):
                 rec = K.measure_batch(bench, b, warmup=1,
-                                      reps=int(config.get("contended_reps", 1)))
+                                      reps=int(config.get("contended_reps", 2)))
             per_rank: list[Any] = [None] * world_size
             dist.all_gather_object(per_rank, rec)
-            merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
+            # A synchronous step waits for the slowest rank, and on shared cores the scheduler
+            # does not share them evenly: per repetition, the slowest rank's time per phase.
+            merged = {f"{ph}_s": [max(xs) for xs in zip(*(r[f"{ph}_s"] for r in per_rank))]
                       for ph in K.PHASES}
             keep({"kind": "compute", "mode": "contended", "batch_size": b, "ranks": colocated,
-                  "threads": _threads(), **merged})
+                  "threads": _threads(), **merged,
+                  "per_rank": {f"{ph}_s": [r[f"{ph}_s"] for r in per_rank]
+                               for ph in K.PHASES}})
             say(f"compute {colocated} ranks batch {b:4d} ({i + 1}/{len(spec.batch_sizes[::2])}): "
                 f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
     del bench
