@@ -43,7 +43,7 @@ class CostInputs:
 
     def contended_Bps(self, load: float) -> float:
         """The most bytes per second a rank's transfers reach while its CPU runs ``load``
-        runnable threads per core (inf when nothing limits them beyond the link)."""
+        compute threads per core (inf when nothing limits them beyond the link)."""
         return contended_bandwidth_Bps(tuple((x, bw) for x, bw, _ in self.contention), load)
 
     def compute_speed(self, load: float) -> float:
@@ -103,10 +103,7 @@ def contended_bandwidth_Bps(points: tuple, load: float) -> float:
     piecewise linear between points; flat beyond the last (never extrapolated)."""
     if not points or load <= points[0][0]:
         return math.inf
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if load <= x1:
-            return y0 + (y1 - y0) * (load - x0) / (x1 - x0)
-    return points[-1][1]
+    return clamped_piecewise(points, load)
 
 
 def clamped_piecewise(points: tuple, x: float) -> float:
