@@ -155,7 +155,8 @@ def with_contention(network: NetworkFit, records: list[dict],
     alone_s = float(np.median(rows[0]["times_s"]))
     for r in rows:
         load = r["ranks_per_cpu"] * r["burn_threads"] * r["threads"] / r["cores"]
-        bw = allreduce_bandwidth_Bps * alone_s / float(np.median(r["times_s"]))
+        # alone / at-load first: exactly 1 at load 0, so that point is the fit itself
+        bw = allreduce_bandwidth_Bps * (alone_s / float(np.median(r["times_s"])))
         speed = (min(1.0, r["burn_rate_during"] / r["burn_rate_alone"])
                  if r["burn_threads"] and r["burn_rate_alone"] > 0 else 1.0)
         loads.append(load)
