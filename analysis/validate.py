@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
-from commsim.spec import measured_cpu_efficiency
+from commsim.spec import MiB, measured_cpu_efficiency
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
         bandwidth = rate_Bps * min(1.0, efficiency)
     del threads_per_rank  # the profile's compute was measured with the same per-rank threads
     batch = grid.batch_per_rank or grid.global_batch // nodes
-    cap = max(1, round(grid.bucket_mb * 1024 * 1024))
+    cap = max(1, round(grid.bucket_mb * MiB))
     return Scenario(global_batch=None if grid.batch_per_rank else grid.global_batch,
                     batch_per_rank=grid.batch_per_rank,
                     # live passes bucket_cap_mb explicitly, which caps DDP's first bucket too

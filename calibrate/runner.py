@@ -255,7 +255,7 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             if ("contention", k) in done:
                 continue
             rec = C.measure_contention(nbytes, k, cspec)
-            keep({"kind": "contention", "ranks_per_cpu": colocated, "cores": _cpu_count(),
+            keep({"kind": "contention", "ranks_per_cpu": colocated, "cores": cpu_cores(),
                   "threads": _threads(), **rec})
             say(f"contention {k} compute threads per rank: all_reduce {nbytes} B "
                 f"{_med(rec['times_s'])}, compute kept "
@@ -313,14 +313,6 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
     finally:
         finished.set()
         thread.join()
-
-
-def _cpu_count() -> int:
-    """Cores the ranks of this host share (affinity, else all)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _threads() -> int:

@@ -64,12 +64,10 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
                               shared_cpu_cores=scenario.shared_cpu_cores,
                               slow_links_Bps=scenario.slow_links_Bps,
                               cpu_efficiency=scenario.cpu_efficiency)
-    first = {} if scenario.first_bucket_bytes is None else {
-        "first_bucket_bytes": scenario.first_bucket_bytes}
     return RunSpec(strategy=strategy, cluster=cluster,
                    global_batch=None if scenario.batch_per_rank else scenario.global_batch,
                    batch_per_rank=scenario.batch_per_rank, bucket_bytes=scenario.bucket_bytes,
-                   **first,
+                   first_bucket_bytes=scenario.first_bucket_bytes or RunSpec.first_bucket_bytes,
                    overlap=scenario.overlap, algorithm=scenario.algorithm,
                    sync_every=scenario.sync_every, group_size=scenario.group_size,
                    compression=scenario.compression,

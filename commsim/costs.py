@@ -5,6 +5,7 @@ so they can only differ in how they combine the numbers, never in the numbers th
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -44,12 +45,21 @@ class CostInputs:
     def contended_Bps(self, load: float) -> float:
         """The most bytes per second a rank's transfers reach while its CPU runs ``load``
         compute threads per core (inf when nothing limits them beyond the link)."""
-        return contended_bandwidth_Bps(tuple((x, bw) for x, bw, _ in self.contention), load)
+        return contended_bandwidth_Bps(self._contention_bandwidth, load)
 
     def compute_speed(self, load: float) -> float:
         """The fraction of its speed compute keeps while a collective runs on the same cores at
         ``load`` (1 without contention data)."""
-        return clamped_piecewise(tuple((x, sp) for x, _, sp in self.contention), load)
+        return clamped_piecewise(self._contention_speed, load)
+
+    # Split once: the simulator asks for these on every message and every CPU rate change.
+    @functools.cached_property
+    def _contention_bandwidth(self) -> tuple:
+        return tuple((x, bw) for x, bw, _ in self.contention)
+
+    @functools.cached_property
+    def _contention_speed(self) -> tuple:
+        return tuple((x, sp) for x, _, sp in self.contention)
 
     @property
     def model_bytes(self) -> int:

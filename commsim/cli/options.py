@@ -99,7 +99,7 @@ def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=None, bandwidt
             raise UserError(f"{name} must be positive, got {value}")
     return Scenario(
         global_batch=None if batch_per_rank else (global_batch or 256),
-        batch_per_rank=batch_per_rank, bucket_bytes=cap or 25 * MiB, first_bucket_bytes=cap,
+        batch_per_rank=batch_per_rank, bucket_bytes=cap or Scenario.bucket_bytes, first_bucket_bytes=cap,
         bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
         latency_s=None if latency is None else parse_latency(latency),
         ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
