@@ -97,7 +97,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=3, help="bulk runs per direction")
     ap.add_argument("--tcp-congestion", default=None,
-                    help="congestion control in the nodes (default: the host's)")
+                    help="congestion control in the nodes (default: the cluster's, reno)")
     ap.add_argument("--sizes", default="1500,16384,65536,1048576",
                     help="short-message sizes in bytes")
     args = ap.parse_args()

@@ -472,6 +472,8 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
         metadata["shared_cpu_cores"] = cpu_cores()
         metadata["emulated_cluster"] = {"qdisc": info.qdisc, "burst_bytes": info.burst_bytes,
                                         "limit_bytes": info.limit_bytes,
+                                        "gso_max_bytes": info.gso_max_bytes,
+                                        "tcp_congestion": info.tcp_congestion,
                                         "addresses": list(info.addresses[:world])}
     elif env is None:
         metadata["shared_cpu_cores"] = cpu_cores()

@@ -34,8 +34,9 @@ def up(
     bandwidth: str = typer.Option(..., "--bandwidth", help="Rate of each direction of every "
                                   "node's link, tc spelling: 1gbit, 100mbit, 125MBps."),
     tcp_congestion: str = typer.Option(None, "--tcp-congestion", help="TCP congestion control "
-                                       "inside the nodes (default: the host's; reno is always "
-                                       "allowed)."),
+                                       "inside the nodes (default: reno, which reaches ~91% of "
+                                       "the rate with Gloo where the host's bbr reached ~82%; "
+                                       "others must be allowed by the host)."),
     prefix: str = PrefixOpt,
 ) -> None:
     from commsim.calibrate import cluster
