@@ -12,7 +12,8 @@ For one batch size (``measure_batch``):
 For CIFAR-shaped models ``measure_batch`` also times loading one batch the way ``commsim live``
 does (DataLoader over the CIFAR dataset with crop/flip augmentation, in the training process):
 the ``data`` phase, which a live iteration spends before its forward.
-``summarize`` turns the repetitions into medians and inter-quartile ranges.
+``summarize`` turns the repetitions into medians and inter-quartile ranges (``fit.fit_compute``
+then smooths them across batch sizes).
 ``measure_reduction`` times ``a.add_(b)`` on one thread (Gloo reduces on one thread) over
 buffer sizes: the reduction cost γ (seconds per byte) of the all-reduce model; and the
 parameter server's mean on the root as the seeds' listing computes it (p zero buffers to gather

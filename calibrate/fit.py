@@ -203,6 +203,56 @@ def fit_reduction(sizes_bytes: list[int], times_s: list[float]) -> tuple[float, 
     return fit.params[1], _interval(fit.params[1], fit.half_width95[1])
 
 
+# Accept the affine compute model when the median of its relative residuals at the measured batch
+# sizes is within this; otherwise the table keeps each size's own median.  10%, not less: one
+# phase's median of 2-3 repetitions is itself ~5-10% off here, while a curve that is not affine
+# (flat, then linear) leaves residuals of tens of percent at most sizes.
+AFFINE_ACCEPT = 0.10
+MIN_AFFINE_SIZES = 3
+
+
+def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
+    """Per phase, a robust affine fit t = intercept_s + per_sample_s·batch over every repetition
+    of every batch size (``{phase}_s`` lists of compute records).
+
+    Why: on this kind of machine one repetition varies by ±25% and a batch size's median of 2-3
+    repetitions by ~10%, while a rank's compute is affine in its batch size on CPUs within that
+    noise (VGG-11: ~16 ms per sample from 16 to 512); pooling all sizes' repetitions in one fit
+    cuts the noise of each table entry.  Where the sweep is not affine (a GPU, flat while the
+    device is not yet saturated) the residuals exceed ``AFFINE_ACCEPT`` and ``used`` is False.
+    Returns {phase: {"intercept_s", "per_sample_s", "batch_sizes", "median_s", "fitted_s",
+    "residual_pct", "used"}}; phases with fewer than ``MIN_AFFINE_SIZES`` sizes are left out."""
+    sizes = sorted({r["batch_size"] for r in records})
+    out: dict = {}
+    if len(sizes) < MIN_AFFINE_SIZES:
+        return out
+    for phase in phases:
+        b = np.asarray([r["batch_size"] for r in records for _ in r[f"{phase}_s"]], dtype=float)
+        t = np.asarray([x for r in records for x in r[f"{phase}_s"]], dtype=float)
+        if len(t) < 2 or not np.all(t > 0):
+            continue
+        fit = robust_linear_fit(np.column_stack([np.ones_like(b), b]), t)
+        a, c = fit.params
+        medians = [float(np.median(t[b == size])) for size in sizes]
+        fitted = [a + c * size for size in sizes]
+        resid = [100.0 * (f / m - 1.0) for f, m in zip(fitted, medians)]
+        out[phase] = {"intercept_s": a, "per_sample_s": c, "batch_sizes": sizes,
+                      "median_s": medians, "fitted_s": fitted, "residual_pct": resid,
+                      "used": bool(np.median(np.abs(resid)) <= 100.0 * AFFINE_ACCEPT)}
+    return out
+
+
+def smooth_compute(table: dict, fits: dict) -> dict:
+    """``table`` (``compute.summarize``'s medians) with each phase whose affine fit was accepted
+    replaced by the fit's values at the table's batch sizes (spreads stay as measured)."""
+    out = dict(table)
+    for phase, f in fits.items():
+        if f["used"]:
+            out[f"{phase}_s"] = [f["intercept_s"] + f["per_sample_s"] * b
+                                 for b in table["batch_sizes"]]
+    return out
+
+
 def predict(op: str, fit: CollectiveFit, nbytes: float) -> float:
     """The fitted time of one ``op`` call of ``nbytes`` per rank."""
     form, p = FORMS[op], fit.world_size

@@ -12,7 +12,8 @@
    c. the local reduction cost (``a.add_(b)``, one thread) on rank 0;
    d. every collective over the size sweep (``collectives.sweep``).
    Rank 0 appends each record to the samples log as soon as it has it, and prints progress.
-3. ``profile_from_records`` fits (``fit``) and assembles the schema-v1 ``Profile`` with the raw
+3. ``profile_from_records`` fits (``fit``: collectives, and compute as affine in the batch size
+   where the sweep is, ``fit.fit_compute``) and assembles the schema-v1 ``Profile`` with the raw
    samples and the metadata; it is also how a samples log is re-fitted offline.
 """
 from __future__ import annotations
@@ -342,10 +343,14 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
     if not alone:
         raise RunFailed("no compute samples were taken")
     table = K.summarize(alone)
+    phases = tuple(k[:-2] for k in table if k.endswith("_s") and not k.endswith("spread_s"))
+    compute_fits = {"alone": F.fit_compute(alone, phases)}
+    table = F.smooth_compute(table, compute_fits["alone"])
     threads = int(alone[0].get("threads", 1))
     cont = None
     if contended:
-        ct = K.summarize(contended)
+        compute_fits["contended"] = F.fit_compute(contended, K.PHASES)
+        ct = F.smooth_compute(K.summarize(contended), compute_fits["contended"])
         cont = {"ranks": contended[0]["ranks"], "batch_sizes": ct["batch_sizes"],
                 **{f"{ph}_s": ct[f"{ph}_s"] for ph in K.PHASES}}
     compute = ComputeTable(threads_per_rank=threads, batch_sizes=tuple(table["batch_sizes"]),
@@ -377,7 +382,8 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
         raise RunFailed(f"fitting failed: {exc}") from None
     built = build_model(model)
     params, buffers = param_specs(built), buffer_specs(built)
-    samples = {"compute": alone, "compute_contended": contended, "collectives": colls,
+    samples = {"compute": alone, "compute_contended": contended, "compute_fit": compute_fits,
+               "collectives": colls,
                "contention": contention,
                "reduction": reduction, "reduction_s_per_B_ci95": gamma_ci,
                "nccl_table": F.nccl_table(colls)}

@@ -61,7 +61,10 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class ComputeTable:
-    """Median forward/backward/optimizer seconds per per-rank batch size, measured alone.
+    """Forward/backward/optimizer seconds per per-rank batch size, measured alone: ``commsim
+    calibrate`` stores its robust affine fit over all repetitions where the sweep is affine
+    within noise (the raw medians and residuals are in ``samples.compute_fit``), else each
+    size's median.
 
     Times between measured batch sizes are interpolated linearly; beyond the ends the end
     segment is extended (a rank's compute is close to affine in its batch size on CPUs).

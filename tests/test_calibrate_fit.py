@@ -88,3 +88,44 @@ def test_sweep_stop_rule_does_not_mistake_latency_for_bandwidth():
     steep = [{"bytes": 1 << 20, "times_s": [0.01]}, {"bytes": 4 << 20, "times_s": [0.04]}]
     assert _next_call_s(steep, 16 << 20, "all_reduce") == pytest.approx(0.16)
     assert _next_call_s(steep, 16 << 20, "send_recv") == pytest.approx(0.32)
+
+
+BATCHES = (16, 32, 64, 128, 256, 512)
+
+
+def compute_records(fn, noise=0.08, reps=3, seed=1):
+    rng = np.random.default_rng(seed)
+    return [{"batch_size": b, "forward_s": [fn(b) * (1 + noise * rng.standard_normal())
+                                            for _ in range(reps)]} for b in BATCHES]
+
+
+def test_affine_compute_fit_pools_noisy_repetitions_and_replaces_the_medians():
+    truth = lambda b: 0.01 + 0.016 * b  # noqa: E731  VGG-11 on this CPU: ~16 ms per sample
+    fit_errs, median_errs = [], []
+    for seed in range(20):
+        recs = compute_records(truth, seed=seed)
+        recs[seed % 6]["forward_s"][0] *= 3  # one descheduled repetition
+        fits = F.fit_compute(recs, ("forward",))
+        f = fits["forward"]
+        assert f["used"] and f["per_sample_s"] == pytest.approx(0.016, rel=0.08)
+        table = {"batch_sizes": list(BATCHES), "forward_s": f["median_s"]}
+        smoothed = F.smooth_compute(table, fits)
+        fit_errs.append(max(abs(s / truth(b) - 1) for b, s in zip(BATCHES, smoothed["forward_s"])))
+        median_errs.append(max(abs(m / truth(b) - 1) for b, m in zip(BATCHES, f["median_s"])))
+    # Pooling 18 repetitions beats each size's median of 3 (worst size, on average over seeds).
+    assert np.mean(fit_errs) < 0.6 * np.mean(median_errs)
+
+
+def test_compute_that_is_not_affine_keeps_its_medians():
+    # A device that is not saturated below batch 128: flat, then linear.
+    fn = lambda b: 0.05 * max(1.0, b / 128)  # noqa: E731
+    recs = compute_records(fn, noise=0.01)
+    fits = F.fit_compute(recs, ("forward",))
+    assert not fits["forward"]["used"]
+    table = {"batch_sizes": list(BATCHES), "forward_s": fits["forward"]["median_s"]}
+    assert F.smooth_compute(table, fits) == table
+
+
+def test_two_batch_sizes_are_not_fitted():
+    recs = compute_records(lambda b: 0.01 * b)[:2]
+    assert F.fit_compute(recs, ("forward",)) == {}
