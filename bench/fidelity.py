@@ -6,7 +6,13 @@ synthetic CIFAR-10-shaped data, global batch 256.  Steps:
 1. per link rate (each is a different cluster), calibrate once before its cells:
    ``commsim calibrate --emulate RATE --nodes 4`` (the main profile) and ``--nodes 2`` (the
    extrapolation profile); print each calibration's all-reduce bus bandwidth against the rate;
-2. run every cell live once (``commsim live``: median of the timed iterations, first dropped);
+2. run every cell of that rate live (``commsim live``: median of the timed iterations, first
+   dropped) in ``--passes`` passes, the second in reverse order, so each cell is measured at two
+   times a few minutes apart and drift of this shared machine's speed (~+-8% over tens of
+   seconds) reaches the cells evenly; each pass times at least ``--iterations`` iterations and at
+   least ``--min-seconds`` of them (from the cell's prediction).  A cell's measurement is the
+   mean of its passes' medians; the passes' disagreement is printed as the noise floor (the
+   error a perfect model would still show against one pass);
 3. predict every cell from its rate's 4-node profile and, separately, 3- and 4-node cells from
    its rate's 2-node profile; also every cell from the *other* rate's 4-node profile (the
    link-rate what-if), reported without a target;
@@ -17,17 +23,23 @@ synthetic CIFAR-10-shaped data, global batch 256.  Steps:
    ``reports/fidelity/fidelity.json`` and ``reports/fidelity/fidelity.md``.
 
 Targets (issue 4): median |error| <= 3 %, max <= 8 %, for both.  Run as root:
-    python bench/fidelity.py [--iterations 4] [--out reports/fidelity] [--quick]
+    python bench/fidelity.py [--iterations 4] [--min-seconds 20] [--passes 2] [--out DIR] [--quick]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
-from commsim.analysis.validate import ValidationGrid, rows_table, summarize, validate
+from commsim.analysis.validate import (ValidationGrid, live_scenario, rows_table, summarize,
+                                      validate)
+from commsim.api import predict
 from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, run as calibrate
@@ -43,9 +55,45 @@ def rate_name(rate_Bps: float) -> str:
     return f"{rate_Bps * 8 / 1e6:g}mbit"
 
 
+# Fields of a live record that ``validate.compare`` reads and that differ between passes.
+PASS_MEANS = ("iteration_s", "compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank")
+
+
+def combine(passes: list[dict]) -> dict:
+    """Several live runs of one cell -> one record: the mean of the runs' medians (each the
+    slowest rank's median over its iterations), the largest spread, and each pass's median
+    under ``pass_iteration_s``."""
+    out = dict(passes[0])
+    for key in PASS_MEANS:
+        vals = [r.get(key) for r in passes]
+        out[key] = None if None in vals else statistics.fmean(vals)
+    out["iteration_s_spread"] = max(r.get("iteration_s_spread") or 0.0 for r in passes)
+    out["pass_iteration_s"] = [r["iteration_s"] for r in passes]
+    return out
+
+
+def noise_floor(measured: dict) -> list[dict]:
+    """Per cell measured twice or more: how far its passes' medians are apart, in % of their
+    mean (max - min): what even an exact model would show as error against one pass."""
+    rows = []
+    for (strategy, n, rate, variant), rec in measured.items():
+        runs = rec.get("pass_iteration_s") or []
+        if len(runs) > 1:
+            rows.append({"strategy": " ".join(filter(None, (strategy, variant))), "nodes": n,
+                         "rate_Bps": rate, "pass_iteration_s": runs,
+                         "range_pct": 100 * (max(runs) - min(runs)) / statistics.fmean(runs)})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--iterations", type=int, default=4,
+                    help="timed iterations per cell and pass, at least")
+    ap.add_argument("--min-seconds", type=float, default=20.0,
+                    help="time each cell's pass at least this long (iterations from the "
+                         "prediction)")
+    ap.add_argument("--passes", type=int, default=2,
+                    help="measure every cell this many times, alternating the order")
     ap.add_argument("--strategies", default="ps,ring,ddp")
     ap.add_argument("--nodes", default="2,3,4")
     ap.add_argument("--rates", default="100mbit,1gbit")
@@ -89,15 +137,36 @@ def main(argv=None) -> int:
                                  prof.network.contention_compute_speed)})
         return prof
 
+    def key_of(g: ValidationGrid, strategy: str, n: int, rate: float):
+        return (strategy, n, rate, g.variant)
+
+    def iterations_for(g: ValidationGrid, strategy: str, n: int, rate: float) -> int:
+        """At least ``--iterations``, and enough for ``--min-seconds`` by the prediction."""
+        prof = profiles[(rate, max(nodes))]
+        sc = live_scenario(prof, g, n, rate, 1, float(os.cpu_count() or 1))
+        predicted = predict(prof, strategy, n, sc).iteration_s
+        return max(args.iterations, math.ceil(args.min_seconds / predicted))
+
+    def measure(cells, rate: float) -> None:
+        """Every (grid, strategy, nodes) cell of one rate, in ``--passes`` alternating passes."""
+        emulate = cluster.up(max(nodes), rate)
+        runs: dict = {}
+        for p in range(args.passes):
+            for g, strategy, n in (cells if p % 2 == 0 else cells[::-1]):
+                key = key_of(g, strategy, n, rate)
+                its = iterations_for(g, strategy, n, rate)
+                say(f"live pass {p + 1}/{args.passes}: {strategy} {g.variant} on {n} nodes at "
+                    f"{rate_name(rate)}, {its} iterations")
+                cfg = LiveConfig(**dataclasses.replace(g, iterations=its).live_kwargs(strategy))
+                runs.setdefault(key, []).append(run_live(cfg, nodes=n, emulate=emulate,
+                                                         timeout_s=1200))
+        for key, passes in runs.items():
+            measured[key] = combine(passes)
+
     def live_for(g: ValidationGrid):
-        """Live cells of ``g``, each run once however many profiles predict it."""
+        """Live cells of ``g``: measured beforehand by ``measure``."""
         def live(strategy, n, emulate):
-            key = (strategy, n, emulate.bandwidth_Bps if emulate else None, g.variant)
-            if key not in measured:
-                say(f"live {strategy} {g.variant} on {n} nodes at {key[2] * 8 / 1e6:g} Mbit/s")
-                measured[key] = run_live(LiveConfig(**g.live_kwargs(strategy)), nodes=n,
-                                         emulate=emulate, timeout_s=1200)
-            return measured[key]
+            return measured[key_of(g, strategy, n, emulate.bandwidth_Bps)]
         return live
 
     def grid(cell_nodes, rate, strategies=strategies, **whatif):
@@ -111,24 +180,26 @@ def main(argv=None) -> int:
 
     cluster_for_rate = lambda rate, n: cluster.up(n, rate)  # noqa: E731
     ext_nodes = tuple(n for n in nodes if n > 2)
-    main_rows, ext_rows = [], []
+    main_rows, ext_rows, whatif_rows = [], [], []
+    # The what-ifs that run live (issue 7): on the fastest link at the largest node count,
+    # predicted from that rate's main profile.
+    whatifs = ([("ring", {"sync_every": 2}), ("ring", {"group_size": 2}),
+                ("ddp", {"sync_every": 2}), ("ddp", {"compression": "fp16"})]
+               if args.whatifs else [])
     # Each link rate is a different cluster: calibrate it once, right before its cells, at the
-    # largest node count (main) and at 2 nodes (extrapolation), then run its cells.
+    # largest node count (main) and at 2 nodes (extrapolation), then measure its cells.
     for rate in rates:
         profiles[(rate, max(nodes))] = calibrate_at(rate, max(nodes))
         profiles[(rate, 2)] = calibrate_at(rate, 2)
+        wi = [(grid((max(nodes),), rate, (st,), **w), st) for st, w in whatifs
+              if rate == max(rates)]
+        measure([(grid(nodes, rate), st, n) for st in strategies for n in nodes]
+                + [(g, st, max(nodes)) for g, st in wi], rate)
         main_rows += check(grid(nodes, rate), profiles[(rate, max(nodes))])
         if ext_nodes:
             ext_rows += check(grid(ext_nodes, rate), profiles[(rate, 2)])
-    # The what-ifs that run live (issue 7), on the fastest link at the largest node count,
-    # predicted from that rate's main profile.
-    whatif_rows = []
-    if args.whatifs:
-        rate = max(rates)
-        for strategy, whatif in (("ring", {"sync_every": 2}), ("ring", {"group_size": 2}),
-                                 ("ddp", {"sync_every": 2}), ("ddp", {"compression": "fp16"})):
-            whatif_rows += check(grid((max(nodes),), rate, (strategy,), **whatif),
-                                 profiles[(rate, max(nodes))])
+        for g, _st in wi:
+            whatif_rows += check(g, profiles[(rate, max(nodes))])
     # Another link rate from one profile (the what-if a user asks): the same live cells,
     # predicted from the profile of the other rate.  Reported, not held to the targets.
     cross_rows = []
@@ -148,12 +219,15 @@ def main(argv=None) -> int:
               "cross_rate": {"rows": cross_rows,
                              "summary": summarize(cross_rows, TARGET_MEDIAN)},
               "calibrations": calibrations,
+              "noise_floor": {"rows": noise_floor(measured)},
               "targets": {"median_abs_error_pct": TARGET_MEDIAN, "max_abs_error_pct": TARGET_MAX},
               "wall_s": time.monotonic() - t0, "iterations": args.iterations,
+              "min_seconds": args.min_seconds, "passes": args.passes,
               "command": "python bench/fidelity.py " + " ".join(argv or sys.argv[1:])}
     lines = ["# bench/fidelity", "", f"`{result['command'].strip()}`, wall "
              f"{result['wall_s']:.0f} s; VGG-11, synthetic data, global batch "
-             f"{args.global_batch}, {args.iterations} timed iterations per cell.", ""]
+             f"{args.global_batch}; each cell measured in {args.passes} passes (alternating order), "
+             f"each timing at least {args.iterations} iterations and {args.min_seconds:g} s.", ""]
     cal_table = text_table(calibrations, columns=(
         ("nodes", "nodes", str), ("link", "rate_Bps", rate_name),
         ("calibrate", "wall_s", lambda v: f"{v:.0f} s"),
@@ -184,6 +258,23 @@ def main(argv=None) -> int:
                                             f"{TARGET_MAX}%): {verdict}" if targeted else ""))
         print(f"\n{title}\n{table}\n{summary}")
         lines += [f"## {title}", "", "```", table, "```", "", summary, ""]
+    floor = result["noise_floor"]["rows"]
+    if floor:
+        ranges = sorted(r["range_pct"] for r in floor)
+        result["noise_floor"].update(median_range_pct=statistics.median(ranges),
+                                     max_range_pct=ranges[-1])
+        table = text_table(floor, columns=(
+            ("strategy", "strategy", str), ("nodes", "nodes", str),
+            ("link", "rate_Bps", rate_name),
+            ("passes", "pass_iteration_s", lambda v: ", ".join(fmt_time(x) for x in v)),
+            ("range", "range_pct", lambda v: f"{v:.1f}%")))
+        summary = (f"passes apart (max - min, % of their mean): median "
+                   f"{statistics.median(ranges):.1f}%, max {ranges[-1]:.1f}% over {len(ranges)} "
+                   f"cells: the noise floor of one pass; the tables above use the mean of the "
+                   f"passes")
+        print(f"\nNoise floor: the same cell measured in each pass\n{table}\n{summary}")
+        lines += ["## Noise floor: the same cell measured in each pass", "", "```", table, "```",
+                  "", summary, ""]
     atomic_write_text(out / "fidelity.json", json.dumps(result, indent=1, sort_keys=True) + "\n",
                       force=True)
     atomic_write_text(out / "fidelity.md", "\n".join(lines), force=True)
