@@ -203,53 +203,63 @@ def fit_reduction(sizes_bytes: list[int], times_s: list[float]) -> tuple[float, 
     return fit.params[1], _interval(fit.params[1], fit.half_width95[1])
 
 
-# Accept the affine compute model when the median of its relative residuals at the measured batch
-# sizes is within this; otherwise the table keeps each size's own median.  10%, not less: one
-# phase's median of 2-3 repetitions is itself ~5-10% off here, while a curve that is not affine
-# (flat, then linear) leaves residuals of tens of percent at most sizes.
-AFFINE_ACCEPT = 0.10
-MIN_AFFINE_SIZES = 3
+# Accept the compute model when the median of its relative residuals at the measured batch sizes
+# is within COMPUTE_FIT_MEDIAN and every one within COMPUTE_FIT_MAX; otherwise the table keeps each
+# size's own median.  Not tighter: a size's median of 2-3 back-to-back repetitions is ~5-13% off
+# the curve here (the machine's speed drifts between sizes, which the fit is there to average);
+# a curve of another shape (flat, then linear) misses by more at its knee.
+COMPUTE_FIT_MEDIAN = 0.10
+COMPUTE_FIT_MAX = 0.15
+MIN_FIT_SIZES = 3
+QUADRATIC_FIT_SIZES = 5
 
 
 def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
-    """Per phase, a robust affine fit t = intercept_s + per_sample_s·batch over every repetition
-    of every batch size (``{phase}_s`` lists of compute records).
+    """Per phase, a robust polynomial fit t = c0 + c1·batch (+ c2·batch², from
+    ``QUADRATIC_FIT_SIZES`` batch sizes on), all cᵢ >= 0, over every repetition of every batch
+    size (``{phase}_s`` lists of compute records).
 
     Why: on this kind of machine one repetition varies by ±25% and a batch size's median of 2-3
-    repetitions by ~10%, while a rank's compute is affine in its batch size on CPUs within that
-    noise (VGG-11: ~16 ms per sample from 16 to 512); pooling all sizes' repetitions in one fit
-    cuts the noise of each table entry.  Where the sweep is not affine (a GPU, flat while the
-    device is not yet saturated) the residuals exceed ``AFFINE_ACCEPT`` and ``used`` is False.
-    Returns {phase: {"intercept_s", "per_sample_s", "batch_sizes", "median_s", "fitted_s",
-    "residual_pct", "used"}}; phases with fewer than ``MIN_AFFINE_SIZES`` sizes are left out."""
+    repetitions by ~10%, while a rank's compute is a smooth function of its batch size: close to
+    affine (VGG-11 backward ~10 ms per sample), with a per-sample cost that grows where the
+    activations outgrow the caches (VGG-11 forward 4.4 → 6.0 ms per sample from 16 to 512: the
+    quadratic term).  Pooling all sizes' repetitions in one fit cuts the noise of each entry.
+    Where the sweep has another shape the residuals exceed ``COMPUTE_FIT_MEDIAN`` or
+    ``COMPUTE_FIT_MAX`` and ``used`` is False.  Returns {phase: {"coefficients_s",
+    "batch_sizes", "median_s", "fitted_s", "residual_pct", "used"}}; nothing with fewer than ``MIN_FIT_SIZES`` sizes."""
     sizes = sorted({r["batch_size"] for r in records})
     out: dict = {}
-    if len(sizes) < MIN_AFFINE_SIZES:
+    if len(sizes) < MIN_FIT_SIZES:
         return out
+    degree = 2 if len(sizes) >= QUADRATIC_FIT_SIZES else 1
     for phase in phases:
         b = np.asarray([r["batch_size"] for r in records for _ in r[f"{phase}_s"]], dtype=float)
         t = np.asarray([x for r in records for x in r[f"{phase}_s"]], dtype=float)
-        if len(t) < 2 or not np.all(t > 0):
+        if not np.all(t > 0):
             continue
-        fit = robust_linear_fit(np.column_stack([np.ones_like(b), b]), t)
-        a, c = fit.params
+        coefficients = robust_linear_fit(np.column_stack([b**i for i in range(degree + 1)]),
+                                         t).params
         medians = [float(np.median(t[b == size])) for size in sizes]
-        fitted = [a + c * size for size in sizes]
+        fitted = [_polyval(coefficients, size) for size in sizes]
         resid = [100.0 * (f / m - 1.0) for f, m in zip(fitted, medians)]
-        out[phase] = {"intercept_s": a, "per_sample_s": c, "batch_sizes": sizes,
+        out[phase] = {"coefficients_s": list(coefficients), "batch_sizes": sizes,
                       "median_s": medians, "fitted_s": fitted, "residual_pct": resid,
-                      "used": bool(np.median(np.abs(resid)) <= 100.0 * AFFINE_ACCEPT)}
+                      "used": bool(np.median(np.abs(resid)) <= 100.0 * COMPUTE_FIT_MEDIAN
+                                   and max(map(abs, resid)) <= 100.0 * COMPUTE_FIT_MAX)}
     return out
 
 
+def _polyval(coefficients, x: float) -> float:
+    return float(sum(c * x**i for i, c in enumerate(coefficients)))
+
+
 def smooth_compute(table: dict, fits: dict) -> dict:
-    """``table`` (``compute.summarize``'s medians) with each phase whose affine fit was accepted
+    """``table`` (``compute.summarize``'s medians) with each phase whose fit was accepted
     replaced by the fit's values at the table's batch sizes (spreads stay as measured)."""
     out = dict(table)
     for phase, f in fits.items():
         if f["used"]:
-            out[f"{phase}_s"] = [f["intercept_s"] + f["per_sample_s"] * b
-                                 for b in table["batch_sizes"]]
+            out[f"{phase}_s"] = [_polyval(f["coefficients_s"], b) for b in table["batch_sizes"]]
     return out
 
 

@@ -47,6 +47,9 @@ DEFAULT_SIZES = C.log_sizes(4, 64 << 20, 4)
 QUICK_SIZES = C.log_sizes(4, 256 << 10, 16)
 # The seeds' per-rank batch (256 over 4 nodes): where the gradient-ready shape is taken.
 GRAD_READY_BATCH = 64
+# Repetitions per rank of the contended compute (every rank at once; pooled over ranks).  3, not
+# 2: at 4 ranks on 2 cores two repetitions left batch 64 ~15% off the curve through 16 and 256.
+CONTENDED_REPS = 3
 SAMPLES_SUFFIX = ".samples.jsonl"
 WORKER = "commsim.calibrate.runner:calibrate_rank"
 # How often ranks waiting for a long solo phase check that the others are alive.
@@ -211,7 +214,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
             with heartbeat(beat_group, beat_s):
                 rec = K.measure_batch(bench, b, warmup=1,
-                                      reps=int(config.get("contended_reps", 2)))
+                                      reps=int(config.get("contended_reps",
+                                                          CONTENDED_REPS)))
             per_rank: list[Any] = [None] * world_size
             dist.all_gather_object(per_rank, rec)
             # Every rank's repetitions pooled (their median is the table's entry).  Taking the

@@ -1,0 +1,32 @@
+"""bench/fidelity's pooling of passes: a cell's measurement and the noise floor it reports."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "fidelity_bench", Path(__file__).resolve().parents[1] / "bench" / "fidelity.py")
+fidelity = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fidelity)
+
+
+def run(iteration_s, spread, compute_s=1.0):
+    return {"strategy": "ring", "nodes": 4, "batch_per_rank": 64, "iteration_s": iteration_s,
+            "iteration_s_spread": spread, "compute_s": compute_s, "comm_s": 0.5,
+            "exposed_comm_s": 0.5, "bytes_sent_per_rank": 1000.0}
+
+
+def test_a_cell_is_the_mean_of_its_passes_medians_with_the_largest_spread():
+    cell = fidelity.combine([run(2.0, 0.1, 1.5), run(2.4, 0.3, 1.7)])
+    assert cell["iteration_s"] == pytest.approx(2.2)
+    assert cell["compute_s"] == pytest.approx(1.6)
+    assert cell["iteration_s_spread"] == 0.3
+    assert cell["pass_iteration_s"] == [2.0, 2.4]
+
+
+def test_noise_floor_is_the_passes_range_over_their_mean_and_skips_single_passes():
+    measured = {("ring", 4, 125e6, ""): fidelity.combine([run(2.0, 0.1), run(2.4, 0.1)]),
+                ("ddp", 2, 125e6, "k=2"): fidelity.combine([run(3.0, 0.1)])}
+    rows = fidelity.noise_floor(measured)
+    assert len(rows) == 1 and rows[0]["strategy"] == "ring"
+    assert rows[0]["range_pct"] == pytest.approx(100 * 0.4 / 2.2)
