@@ -22,6 +22,10 @@ synthetic CIFAR-10-shaped data, global batch 256.  Steps:
 4. print the tables and the median / 90th percentile / max absolute error, and write
    ``reports/fidelity/fidelity.json`` and ``reports/fidelity/fidelity.md``.
 
+``--repredict DIR`` measures nothing: it re-fits DIR's calibrations from their raw samples and
+predicts DIR's live cells again with the current model (how a model change is checked against
+measurements already taken; the report says which run measured them).
+
 Targets (issue 4): median |error| <= 3 %, max <= 8 %, for both.  Run as root:
     python bench/fidelity.py [--iterations 4] [--min-seconds 20] [--passes 2] [--out DIR] [--quick]
 """
@@ -39,10 +43,11 @@ from pathlib import Path
 
 from commsim.analysis.validate import (ValidationGrid, live_scenario, rows_table, summarize,
                                       validate)
+from commsim import profile as P
 from commsim.api import predict
 from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
-from commsim.calibrate.runner import CalibrateOptions, run as calibrate
+from commsim.calibrate.runner import CalibrateOptions, refit_profile, run as calibrate
 from commsim.profile import atomic_write_text
 from commsim.table import text_table
 from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
@@ -85,6 +90,63 @@ def noise_floor(measured: dict) -> list[dict]:
     return rows
 
 
+def measure(cells, rate: float, profile, measured: dict, args, say) -> None:
+    """Every (grid, strategy, nodes) cell of one rate, live, in ``args.passes`` passes of
+    alternating order; each pass times at least ``args.iterations`` iterations and, by the
+    cell's prediction from ``profile``, ``args.min_seconds``.  Fills ``measured``."""
+    emulate = cluster.up(max(n for _g, _s, n in cells), rate)
+    runs: dict = {}
+    for p in range(args.passes):
+        for g, strategy, n in (cells if p % 2 == 0 else cells[::-1]):
+            sc = live_scenario(profile, g, n, rate, 1, float(os.cpu_count() or 1))
+            its = max(args.iterations,
+                      math.ceil(args.min_seconds / predict(profile, strategy, n, sc).iteration_s))
+            say(f"live pass {p + 1}/{args.passes}: {strategy} {g.variant} on {n} nodes at "
+                f"{rate_name(rate)}, {its} iterations")
+            cfg = LiveConfig(**dataclasses.replace(g, iterations=its).live_kwargs(strategy))
+            runs.setdefault((strategy, n, rate, g.variant), []).append(
+                run_live(cfg, nodes=n, emulate=emulate, timeout_s=1200))
+    for key, passes in runs.items():
+        measured[key] = combine(passes)
+
+
+def calibration_row(prof, n: int, rate: float, wall_s: float) -> dict:
+    """A calibration's figures for the Calibrations table (issue 3's busbw target)."""
+    ar = prof.collectives["all_reduce"]
+    return {"nodes": n, "rate_Bps": rate, "wall_s": wall_s, "link_Bps": prof.network.bandwidth_Bps,
+            "all_reduce_busbw_Bps": ar.bandwidth_Bps,
+            "all_reduce_busbw_pct_of_rate": 100 * ar.bandwidth_Bps / rate,
+            "contention_load": list(prof.network.contention_load),
+            "contention_bandwidth_Bps": list(prof.network.contention_bandwidth_Bps),
+            "contention_compute_speed": list(prof.network.contention_compute_speed)}
+
+
+def measured_from_rows(data: dict) -> dict:
+    """The live measurements a fidelity.json holds (main and what-if rows, the passes from the
+    noise floor), keyed as ``main`` keys them: enough for ``validate.compare``."""
+    passes = {(r["strategy"], r["nodes"], r["rate_Bps"]): r["pass_iteration_s"]
+              for r in data.get("noise_floor", {}).get("rows", [])}
+    out = {}
+    for row in data["main"]["rows"] + data.get("whatifs", {}).get("rows", []):
+        key = (row["strategy"], row["nodes"], row["rate_Bps"], row.get("variant", ""))
+        rec = {"strategy": row["strategy"], "nodes": row["nodes"],
+               "batch_per_rank": row["batch_per_rank"], "iteration_s": row["measured_s"],
+               "iteration_s_spread": row["measured_spread_s"]}
+        rec.update({k: row[f"measured_{k}"] for k in PASS_MEANS if k != "iteration_s"})
+        label = " ".join(filter(None, (key[0], key[3])))
+        if (label, key[1], key[2]) in passes:
+            rec["pass_iteration_s"] = passes[(label, key[1], key[2])]
+        out[key] = rec
+    return out
+
+
+class _Measured:
+    """Stands in for the cluster when the cells were measured earlier (``--repredict``)."""
+
+    def __init__(self, bandwidth_Bps: float):
+        self.bandwidth_Bps = bandwidth_Bps
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=4,
@@ -101,112 +163,90 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="quick calibration sweeps")
     ap.add_argument("--no-whatifs", dest="whatifs", action="store_false",
                     help="skip the what-if cells (k=2, g=2, fp16)")
+    ap.add_argument("--repredict", metavar="DIR",
+                    help="measure nothing: re-fit the calibrations saved in DIR from their raw "
+                         "samples and predict DIR's live measurements again with this version "
+                         "(to check a change to the model against measurements already taken)")
     ap.add_argument("--out", default="reports/fidelity")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     nodes = tuple(int(n) for n in args.nodes.split(","))
     rates = tuple(parse_rate_Bps(r) for r in args.rates.split(","))
+    strategies = tuple(args.strategies.split(","))
+    command = "python bench/fidelity.py " + " ".join(argv or sys.argv[1:])
     t0 = time.monotonic()
 
     def say(msg):
         print(f"[fidelity {time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
-
-    strategies = tuple(args.strategies.split(","))
-    profiles, calibrations, measured = {}, [], {}
-
-    def calibrate_at(rate: float, n: int):
-        name = rate_name(rate)
-        say(f"calibrating on {n} emulated nodes at {name}")
-        path = out / f"profile_{n}nodes_{name}.json"
-        started = time.monotonic()
-        prof = calibrate(CalibrateOptions(out=path, nodes=n, emulate_Bps=rate, quick=args.quick,
-                                          force=True,
-                                          command=f"bench/fidelity.py: commsim calibrate "
-                                                  f"--emulate {name} --nodes {n}"),
-                         progress=None)
-        ar = prof.collectives["all_reduce"]
-        calibrations.append({"nodes": n, "rate_Bps": rate, "wall_s": time.monotonic() - started,
-                             "link_Bps": prof.network.bandwidth_Bps,
-                             "all_reduce_busbw_Bps": ar.bandwidth_Bps,
-                             "all_reduce_busbw_pct_of_rate": 100 * ar.bandwidth_Bps / rate,
-                             "contention_load": list(prof.network.contention_load),
-                             "contention_bandwidth_Bps": list(
-                                 prof.network.contention_bandwidth_Bps),
-                             "contention_compute_speed": list(
-                                 prof.network.contention_compute_speed)})
-        return prof
-
-    def key_of(g: ValidationGrid, strategy: str, n: int, rate: float):
-        return (strategy, n, rate, g.variant)
-
-    def iterations_for(g: ValidationGrid, strategy: str, n: int, rate: float) -> int:
-        """At least ``--iterations``, and enough for ``--min-seconds`` by the prediction."""
-        prof = profiles[(rate, max(nodes))]
-        sc = live_scenario(prof, g, n, rate, 1, float(os.cpu_count() or 1))
-        predicted = predict(prof, strategy, n, sc).iteration_s
-        return max(args.iterations, math.ceil(args.min_seconds / predicted))
-
-    def measure(cells, rate: float) -> None:
-        """Every (grid, strategy, nodes) cell of one rate, in ``--passes`` alternating passes."""
-        emulate = cluster.up(max(nodes), rate)
-        runs: dict = {}
-        for p in range(args.passes):
-            for g, strategy, n in (cells if p % 2 == 0 else cells[::-1]):
-                key = key_of(g, strategy, n, rate)
-                its = iterations_for(g, strategy, n, rate)
-                say(f"live pass {p + 1}/{args.passes}: {strategy} {g.variant} on {n} nodes at "
-                    f"{rate_name(rate)}, {its} iterations")
-                cfg = LiveConfig(**dataclasses.replace(g, iterations=its).live_kwargs(strategy))
-                runs.setdefault(key, []).append(run_live(cfg, nodes=n, emulate=emulate,
-                                                         timeout_s=1200))
-        for key, passes in runs.items():
-            measured[key] = combine(passes)
-
-    def live_for(g: ValidationGrid):
-        """Live cells of ``g``: measured beforehand by ``measure``."""
-        def live(strategy, n, emulate):
-            return measured[key_of(g, strategy, n, emulate.bandwidth_Bps)]
-        return live
 
     def grid(cell_nodes, rate, strategies=strategies, **whatif):
         return ValidationGrid(strategies=strategies, nodes=cell_nodes, rates_Bps=(rate,),
                               iterations=args.iterations, global_batch=args.global_batch,
                               **whatif)
 
-    def check(g: ValidationGrid, profile):
-        return validate(g, profile, tolerance_pct=TARGET_MEDIAN, run_live=live_for(g),
-                        cluster_for_rate=cluster_for_rate, progress=say).rows
-
-    cluster_for_rate = lambda rate, n: cluster.up(n, rate)  # noqa: E731
-    ext_nodes = tuple(n for n in nodes if n > 2)
-    main_rows, ext_rows, whatif_rows = [], [], []
     # The what-ifs that run live (issue 7): on the fastest link at the largest node count,
     # predicted from that rate's main profile.
-    whatifs = ([("ring", {"sync_every": 2}), ("ring", {"group_size": 2}),
-                ("ddp", {"sync_every": 2}), ("ddp", {"compression": "fp16"})]
-               if args.whatifs else [])
-    # Each link rate is a different cluster: calibrate it once, right before its cells, at the
-    # largest node count (main) and at 2 nodes (extrapolation), then measure its cells.
-    for rate in rates:
-        profiles[(rate, max(nodes))] = calibrate_at(rate, max(nodes))
-        profiles[(rate, 2)] = calibrate_at(rate, 2)
-        wi = [(grid((max(nodes),), rate, (st,), **w), st) for st, w in whatifs
-              if rate == max(rates)]
-        measure([(grid(nodes, rate), st, n) for st in strategies for n in nodes]
-                + [(g, st, max(nodes)) for g, st in wi], rate)
-        main_rows += check(grid(nodes, rate), profiles[(rate, max(nodes))])
-        if ext_nodes:
-            ext_rows += check(grid(ext_nodes, rate), profiles[(rate, 2)])
-        for g, _st in wi:
-            whatif_rows += check(g, profiles[(rate, max(nodes))])
+    whatifs = [(grid((max(nodes),), max(rates), (st,), **w), st)
+               for st, w in (("ring", {"sync_every": 2}), ("ring", {"group_size": 2}),
+                             ("ddp", {"sync_every": 2}), ("ddp", {"compression": "fp16"}))
+               ] if args.whatifs else []
+    if args.repredict:
+        source = Path(args.repredict)
+        data = json.loads((source / "fidelity.json").read_text())
+        profiles, calibrations = {}, []
+        for c in data["calibrations"]:
+            prof = refit_profile(P.load(source / f"profile_{c['nodes']}nodes_"
+                                                 f"{rate_name(c['rate_Bps'])}.json"))
+            if out.resolve() != source.resolve():  # the re-fitted profiles go with the report
+                P.save(prof, out / f"profile_{c['nodes']}nodes_{rate_name(c['rate_Bps'])}.json",
+                       force=True)
+            profiles[(c["rate_Bps"], c["nodes"])] = prof
+            calibrations.append(calibration_row(prof, c["nodes"], c["rate_Bps"], c["wall_s"]))
+        measured = measured_from_rows(data)
+        cluster_for_rate = lambda rate, n: _Measured(rate)  # noqa: E731
+        provenance = (f"`{command.strip()}`: the live cells and calibration samples of "
+                      f"`{data['command'].strip()}` (wall {data['wall_s']:.0f} s, "
+                      f"{data.get('passes', 1)} passes), predicted again from the re-fitted "
+                      f"calibrations")
+    else:
+        profiles, calibrations, measured = {}, [], {}
+        cluster_for_rate = lambda rate, n: cluster.up(n, rate)  # noqa: E731
+        # Each link rate is a different cluster: calibrate it once, right before its cells, at
+        # the largest node count (main) and at 2 nodes (extrapolation), then measure its cells.
+        for rate in rates:
+            for n in dict.fromkeys((max(nodes), 2)):
+                say(f"calibrating on {n} emulated nodes at {rate_name(rate)}")
+                started = time.monotonic()
+                profiles[(rate, n)] = calibrate(CalibrateOptions(
+                    out=out / f"profile_{n}nodes_{rate_name(rate)}.json", nodes=n,
+                    emulate_Bps=rate, quick=args.quick, force=True,
+                    command=f"bench/fidelity.py: commsim calibrate --emulate {rate_name(rate)} "
+                            f"--nodes {n}"), progress=None)
+                calibrations.append(calibration_row(profiles[(rate, n)], n, rate,
+                                                    time.monotonic() - started))
+            cells = [(grid(nodes, rate), st, n) for st in strategies for n in nodes]
+            cells += [(g, st, max(nodes)) for g, st in whatifs if rate == max(rates)]
+            measure(cells, rate, profiles[(rate, max(nodes))], measured, args, say)
+        provenance = f"`{command.strip()}`, wall {time.monotonic() - t0:.0f} s"
+
+    def check(g: ValidationGrid, profile):
+        def live(strategy, n, emulate):
+            return measured[(strategy, n, emulate.bandwidth_Bps, g.variant)]
+        return validate(g, profile, tolerance_pct=TARGET_MEDIAN, run_live=live,
+                        cluster_for_rate=cluster_for_rate, progress=say).rows
+
+    ext_nodes = tuple(n for n in nodes if n > 2)
+    main_rows = [row for rate in rates
+                 for row in check(grid(nodes, rate), profiles[(rate, max(nodes))])]
+    ext_rows = [row for rate in rates if ext_nodes
+                for row in check(grid(ext_nodes, rate), profiles[(rate, 2)])]
+    whatif_rows = [row for g, _st in whatifs
+                   for row in check(g, profiles[(max(rates), max(nodes))])]
     # Another link rate from one profile (the what-if a user asks): the same live cells,
     # predicted from the profile of the other rate.  Reported, not held to the targets.
-    cross_rows = []
-    for rate in rates:
-        for other in rates:
-            if other != rate:
-                cross_rows += check(grid(nodes, rate), profiles[(other, max(nodes))])
+    cross_rows = [row for rate in rates for other in rates if other != rate
+                  for row in check(grid(nodes, rate), profiles[(other, max(nodes))])]
     sections = (("Calibrated at 4 nodes on each link", main_rows, True),
                 ("Calibrated at 2 nodes, predicting 3 and 4 (extrapolation)", ext_rows, True),
                 ("What-ifs run live: local aggregation (k), groups (g), fp16 compression",
@@ -223,11 +263,15 @@ def main(argv=None) -> int:
               "targets": {"median_abs_error_pct": TARGET_MEDIAN, "max_abs_error_pct": TARGET_MAX},
               "wall_s": time.monotonic() - t0, "iterations": args.iterations,
               "min_seconds": args.min_seconds, "passes": args.passes,
-              "command": "python bench/fidelity.py " + " ".join(argv or sys.argv[1:])}
-    lines = ["# bench/fidelity", "", f"`{result['command'].strip()}`, wall "
-             f"{result['wall_s']:.0f} s; VGG-11, synthetic data, global batch "
-             f"{args.global_batch}; each cell measured in {args.passes} passes (alternating order), "
-             f"each timing at least {args.iterations} iterations and {args.min_seconds:g} s.", ""]
+              "command": command, "provenance": provenance}
+    if args.repredict:
+        result.update({k: data.get(k) for k in ("wall_s", "iterations", "min_seconds",
+                                                 "passes")})
+        result["measured_by"] = data["command"]
+    lines = ["# bench/fidelity", "", f"{provenance}; VGG-11, synthetic data, global batch "
+             f"{args.global_batch}; each cell measured in {result['passes']} passes (alternating "
+             f"order), each timing at least {result['iterations']} iterations and "
+             f"{result['min_seconds']:g} s.", ""]
     cal_table = text_table(calibrations, columns=(
         ("nodes", "nodes", str), ("link", "rate_Bps", rate_name),
         ("calibrate", "wall_s", lambda v: f"{v:.0f} s"),

@@ -398,6 +398,20 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
                    collectives=collectives, samples=samples, buffers=buffers)
 
 
+def refit_profile(profile: Profile) -> Profile:
+    """``profile`` fitted again from its own raw samples by this version's fits (the metadata is
+    kept): how a change to the fits is checked against measurements already taken."""
+    s = profile.samples
+    records = [*s.get("compute", []), *s.get("compute_contended", []),
+               *s.get("collectives", []), *s.get("contention", [])]
+    if s.get("reduction"):
+        records.append(s["reduction"])
+    return profile_from_records(records, model=profile.model_name,
+                                input_shape=profile.input_shape,
+                                world_size=int(profile.metadata["nodes"]),
+                                metadata=dict(profile.metadata))
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

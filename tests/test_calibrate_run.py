@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
 import commsim.profile as P  # noqa: E402
-from commsim.calibrate.runner import CalibrateOptions, run, samples_path  # noqa: E402
+from commsim.calibrate.runner import CalibrateOptions, refit_profile, run, samples_path  # noqa: E402
 from commsim.errors import UserError  # noqa: E402
 
 TINY = dict(nodes=2, quick=True, batch_sizes=(2, 4), sizes_bytes=(4, 4096, 262144),
@@ -41,6 +41,10 @@ def test_quick_two_rank_calibration_writes_a_profile_that_loads(tmp_path):
     # Samples were logged one per line as they were taken, after the header.
     lines = samples_path(out).read_text().splitlines()
     assert json.loads(lines[0])["kind"] == "header" and len(lines) > 10
+    # The profile's own raw samples fit it again to the same profile (bench/fidelity --repredict).
+    again = refit_profile(prof)
+    assert again.collectives == prof.collectives and again.compute == prof.compute
+    assert again.network == prof.network and again.metadata == prof.metadata
     with pytest.raises(FileExistsError):
         run(CalibrateOptions(out=out, **TINY))
 

@@ -4,14 +4,16 @@ from pathlib import Path
 
 import pytest
 
+from commsim.analysis.validate import compare
+
 _spec = importlib.util.spec_from_file_location(
     "fidelity_bench", Path(__file__).resolve().parents[1] / "bench" / "fidelity.py")
 fidelity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fidelity)
 
 
-def run(iteration_s, spread, compute_s=1.0):
-    return {"strategy": "ring", "nodes": 4, "batch_per_rank": 64, "iteration_s": iteration_s,
+def run(iteration_s, spread, compute_s=1.0, strategy="ring"):
+    return {"strategy": strategy, "nodes": 4, "batch_per_rank": 64, "iteration_s": iteration_s,
             "iteration_s_spread": spread, "compute_s": compute_s, "comm_s": 0.5,
             "exposed_comm_s": 0.5, "bytes_sent_per_rank": 1000.0}
 
@@ -30,3 +32,19 @@ def test_noise_floor_is_the_passes_range_over_their_mean_and_skips_single_passes
     rows = fidelity.noise_floor(measured)
     assert len(rows) == 1 and rows[0]["strategy"] == "ring"
     assert rows[0]["range_pct"] == pytest.approx(100 * 0.4 / 2.2)
+
+
+def test_a_reports_rows_give_back_the_measurements_they_were_made_from():
+    measured = {("ring", 4, 125e6, ""): fidelity.combine([run(2.0, 0.1), run(2.4, 0.2)]),
+                ("ddp", 4, 125e6, "fp16"): fidelity.combine([run(3.0, 0.1, strategy="ddp"),
+                                                              run(3.2, 0.1, strategy="ddp")])}
+    rows = [{**compare({"iteration_s": 1.0}, rec, rate_Bps=key[2]), "variant": key[3]}
+            for key, rec in measured.items()]
+    data = {"main": {"rows": rows[:1]}, "whatifs": {"rows": rows[1:]},
+            "noise_floor": {"rows": fidelity.noise_floor(measured)}}
+    again = fidelity.measured_from_rows(data)
+    assert set(again) == set(measured)
+    for key, rec in measured.items():
+        for field in ("iteration_s", "iteration_s_spread", "compute_s", "exposed_comm_s",
+                      "bytes_sent_per_rank", "pass_iteration_s", "batch_per_rank"):
+            assert again[key][field] == rec[field]
