@@ -300,6 +300,13 @@ def main(argv=None) -> int:
                    f"{s['p90_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% over "
                    f"{s['cells']} cells" + (f" (targets: median <= {TARGET_MEDIAN}%, max <= "
                                             f"{TARGET_MAX}%): {verdict}" if targeted else ""))
+        links = sorted({r["rate_Bps"] for r in rows})
+        if len(links) > 1:  # the links' noise differs: each one's own summary
+            summary += "; by link: " + ", ".join(
+                f"{rate_name(rate)} median {b['median_abs_error_pct']:.1f}% max "
+                f"{b['max_abs_error_pct']:.1f}%"
+                for rate in links
+                for b in [summarize([r for r in rows if r["rate_Bps"] == rate], TARGET_MEDIAN)])
         print(f"\n{title}\n{table}\n{summary}")
         lines += [f"## {title}", "", "```", table, "```", "", summary, ""]
     floor = result["noise_floor"]["rows"]
@@ -312,10 +319,14 @@ def main(argv=None) -> int:
             ("link", "rate_Bps", rate_name),
             ("passes", "pass_iteration_s", lambda v: ", ".join(fmt_time(x) for x in v)),
             ("range", "range_pct", lambda v: f"{v:.1f}%")))
+        by_link = ", ".join(
+            f"{rate_name(rate)} median {statistics.median(v):.1f}% max {max(v):.1f}%"
+            for rate in sorted({r["rate_Bps"] for r in floor})
+            for v in [[r["range_pct"] for r in floor if r["rate_Bps"] == rate]])
         summary = (f"passes apart (max - min, % of their mean): median "
                    f"{statistics.median(ranges):.1f}%, max {ranges[-1]:.1f}% over {len(ranges)} "
-                   f"cells: the noise floor of one pass; the tables above use the mean of the "
-                   f"passes")
+                   f"cells ({by_link}): the noise floor of one pass; the tables above use the "
+                   f"mean of the passes")
         print(f"\nNoise floor: the same cell measured in each pass\n{table}\n{summary}")
         lines += ["## Noise floor: the same cell measured in each pass", "", "```", table, "```",
                   "", summary, ""]
