@@ -226,7 +226,8 @@ def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
     quadratic term).  Pooling all sizes' repetitions in one fit cuts the noise of each entry.
     Where the sweep has another shape the residuals exceed ``COMPUTE_FIT_MEDIAN`` or
     ``COMPUTE_FIT_MAX`` and ``used`` is False.  Returns {phase: {"coefficients_s",
-    "batch_sizes", "median_s", "fitted_s", "residual_pct", "used"}}; nothing with fewer than ``MIN_FIT_SIZES`` sizes."""
+    "batch_sizes", "median_s", "fitted_s", "residual_pct", "used"}}; nothing with fewer than
+    ``MIN_FIT_SIZES`` sizes."""
     sizes = sorted({r["batch_size"] for r in records})
     out: dict = {}
     if len(sizes) < MIN_FIT_SIZES:

@@ -12,9 +12,10 @@
    c. the local reduction cost (``a.add_(b)``, one thread) on rank 0;
    d. every collective over the size sweep (``collectives.sweep``).
    Rank 0 appends each record to the samples log as soon as it has it, and prints progress.
-3. ``profile_from_records`` fits (``fit``: collectives, and compute as affine in the batch size
-   where the sweep is, ``fit.fit_compute``) and assembles the schema-v1 ``Profile`` with the raw
-   samples and the metadata; it is also how a samples log is re-fitted offline.
+3. ``profile_from_records`` fits (``fit``: collectives, and compute as a smooth function of the
+   batch size where the sweep follows one, ``fit.fit_compute``) and assembles the schema-v1
+   ``Profile`` with the raw samples and the metadata; it is also how a samples log is re-fitted
+   offline (``refit_profile``).
 """
 from __future__ import annotations
 

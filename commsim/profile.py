@@ -62,9 +62,9 @@ class ParamSpec:
 @dataclass(frozen=True)
 class ComputeTable:
     """Forward/backward/optimizer seconds per per-rank batch size, measured alone: ``commsim
-    calibrate`` stores its robust affine fit over all repetitions where the sweep is affine
-    within noise (the raw medians and residuals are in ``samples.compute_fit``), else each
-    size's median.
+    calibrate`` stores its robust fit (affine plus a quadratic term) over all repetitions where
+    the sweep follows it within noise (the raw medians and residuals are in
+    ``samples.compute_fit``), else each size's median.
 
     Times between measured batch sizes are interpolated linearly; beyond the ends the end
     segment is extended (a rank's compute is close to affine in its batch size on CPUs).
