@@ -95,12 +95,19 @@ def held_out(profile: P.Profile, rounds: int = 5) -> tuple[float, float]:
     return raw_worst, corrected_worst
 
 
+def check_compute(prof: P.Profile) -> None:
+    """Step 4 on one profile: print both compute checks with their figures."""
+    print("compute table vs the calibration's own per-batch medians:")
+    print(f"compute-fit reproduction error: max {fit_reproduction(prof):.1%} (target < 5%)")
+    print("compute table vs fresh timings between the measured sizes (interleaved rounds):")
+    raw, corrected = held_out(prof)
+    print(f"held-out error: max {raw:.1%}; after the machine's drift since calibrating "
+          f"(measured on the neighbouring sizes): max {corrected:.1%}")
+
+
 def main() -> None:
     if "--profile" in sys.argv:
-        prof = P.load(sys.argv[sys.argv.index("--profile") + 1])
-        print(f"compute-fit reproduction error: max {fit_reproduction(prof):.1%} (target < 5%)")
-        raw, corrected = held_out(prof)
-        print(f"held-out error: max {raw:.1%}; after drift: max {corrected:.1%}")
+        check_compute(P.load(sys.argv[sys.argv.index("--profile") + 1]))
         return
     skip_emulated = "--skip-emulated" in sys.argv
     tmp = Path(tempfile.mkdtemp(prefix="commsim-bench-"))
@@ -126,13 +133,7 @@ def main() -> None:
               f"shaped {fmt_rate(shaped)}: {bw / shaped - 1:+.1%} (target within 10%); "
               f"measured at {largest['size_bytes'] >> 20} MiB: "
               f"{fmt_rate(largest['busbw_Bps'])} ({largest['busbw_Bps'] / shaped - 1:+.1%})")
-    prof = P.load(tmp / "1g.json")
-    print("compute table vs the calibration's own per-batch medians:")
-    print(f"compute-fit reproduction error: max {fit_reproduction(prof):.1%} (target < 5%)")
-    print("compute table vs fresh timings between the measured sizes (interleaved rounds):")
-    raw, corrected = held_out(prof)
-    print(f"held-out error: max {raw:.1%}; after the machine's drift since calibrating "
-          f"(measured on the neighbouring sizes): max {corrected:.1%}")
+    check_compute(P.load(tmp / "1g.json"))
 
 
 if __name__ == "__main__":

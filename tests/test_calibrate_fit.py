@@ -99,7 +99,7 @@ def compute_records(fn, noise=0.08, reps=3, seed=1):
                                             for _ in range(reps)]} for b in BATCHES]
 
 
-def test_affine_compute_fit_pools_noisy_repetitions_and_replaces_the_medians():
+def test_compute_fit_pools_noisy_repetitions_and_replaces_the_medians():
     truth = lambda b: 0.01 + 0.016 * b  # noqa: E731  VGG-11 on this CPU: ~16 ms per sample
     fit_errs, median_errs = [], []
     for seed in range(20):
