@@ -1,8 +1,11 @@
 """Fit the cost model to calibration samples (numpy/scipy only: no torch here).
 
 Every fit is linear in its unknowns, t = X·θ with θ >= 0, solved by
-``scipy.optimize.least_squares(loss="soft_l1")`` on *relative* residuals (model/measured - 1), so
-microsecond and second timings weigh alike and an outlier (a scheduler hiccup) is down-weighted.
+``scipy.optimize.least_squares(loss="soft_l1")`` on residuals relative to the measurement, so
+microsecond and second timings weigh alike and an outlier (a scheduler hiccup) is down-weighted:
+log(model/measured) for the link and the collectives, whose small calls spread over a multiple
+of their median (a relative residual, model/measured - 1, would lean towards the fastest), and
+model/measured - 1 for compute and the local reduction (their noise is small and symmetric).
 95% confidence intervals come from the Jacobian at the optimum (covariance s²(JᵀWJ)⁻¹ with the
 soft-L1 weights W), as ±1.96 standard errors; a bandwidth's interval is the inverse of the
 interval of its seconds-per-byte.
@@ -36,6 +39,7 @@ from commsim.profile import CollectiveFit, NetworkFit
 
 Z95 = 1.959963984540054
 SOFT_L1_SCALE = 0.05  # relative residuals beyond ~5% count as outliers
+TINY = 1e-300        # keeps log() finite while the solver tries θ = 0
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,16 @@ class LinearFit:
     r2: float
 
 
-def robust_linear_fit(X: np.ndarray, t: np.ndarray) -> LinearFit:
-    """Non-negative soft-L1 least squares on relative residuals, with 95% intervals."""
+def robust_linear_fit(X: np.ndarray, t: np.ndarray, *, log: bool = False) -> LinearFit:
+    """Non-negative soft-L1 least squares, with 95% intervals.
+
+    Residuals are relative (model/measured - 1), or with ``log`` the log ratio
+    log(model) - log(measured).  The two agree for small, symmetric noise (compute
+    repetitions, ±10%), but not for timings whose spread is a multiple of their value, as
+    small collectives' are on shared cores (1 to 10 ms for the same call): a relative residual
+    is bounded below (-1) and unbounded above, so the fit leans towards the fastest calls; a
+    log ratio weighs "2x too slow" and "2x too fast" alike and follows their median.
+    """
     X = np.asarray(X, dtype=float)
     t = np.asarray(t, dtype=float)
     if len(t) < X.shape[1]:
@@ -56,14 +68,29 @@ def robust_linear_fit(X: np.ndarray, t: np.ndarray) -> LinearFit:
     A = X / t[:, None]                       # relative residual r = A·θ - 1
     x0 = np.clip(np.linalg.lstsq(A, np.ones(len(t)), rcond=None)[0], 1e-15, None)
     scale = np.maximum(np.abs(x0), 1e-15)    # conditions the solver: θ spans 1e-9..1e-3
-    res = least_squares(lambda z: A @ (z * scale) - 1.0, x0 / scale, bounds=(0, np.inf),
+    if log:
+        def residual(z):
+            return np.log(np.maximum(A @ (z * scale), TINY))
+
+        def jacobian(z):
+            return A * scale / np.maximum(A @ (z * scale), TINY)[:, None]
+    else:
+        def residual(z):
+            return A @ (z * scale) - 1.0
+
+        def jacobian(z):
+            return A * scale
+    # (The relative case keeps scipy's finite-difference Jacobian: its solution is unchanged.)
+    res = least_squares(residual, x0 / scale, jac=jacobian if log else "2-point",
+                        bounds=(0, np.inf),
                         loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale="jac", method="trf")
     theta = res.x * scale
-    r = A @ theta - 1.0
+    r = residual(theta / scale)
+    J = jacobian(theta / scale) / scale      # d r / d θ
     w = 1.0 / np.sqrt(1.0 + (r / SOFT_L1_SCALE) ** 2)   # soft-L1's IRLS weights
     dof = max(len(t) - X.shape[1], 1)
     s2 = float(np.sum(w * r**2) / dof)
-    cov = s2 * np.linalg.pinv(A.T @ (w[:, None] * A))
+    cov = s2 * np.linalg.pinv(J.T @ (w[:, None] * J))
     half = Z95 * np.sqrt(np.clip(np.diag(cov), 0.0, None))
     pred = X @ theta
     ss_tot = float(np.sum((t - t.mean()) ** 2))
@@ -124,7 +151,7 @@ def _points(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 def fit_network(records: list[dict]) -> tuple[NetworkFit, CollectiveFit]:
     """send/recv records -> the link (α, B) and its CollectiveFit."""
     n, t = _points(records)
-    fit = robust_linear_fit(np.column_stack([np.ones_like(n), n]), t)
+    fit = robust_linear_fit(np.column_stack([np.ones_like(n), n]), t, log=True)
     (alpha, s_per_B), (h_alpha, h_s) = fit.params, fit.half_width95
     if s_per_B <= 0:
         raise ValueError("send/recv times do not grow with size: cannot fit a bandwidth "
@@ -185,7 +212,8 @@ def fit_collective(op: str, records: list[dict], *, world_size: int, network: Ne
                              ci95={"overhead_s": _interval(overhead, half)})
     if np.any(y <= 0):
         y = np.maximum(y, 0.5 * t)  # γ larger than measured: never let a time go negative
-    fit = robust_linear_fit(np.column_stack([np.ones_like(n), form.bytes_mult(p) * n]), y)
+    fit = robust_linear_fit(np.column_stack([np.ones_like(n), form.bytes_mult(p) * n]), y,
+                             log=True)
     (const, s_per_B), (h_const, h_s) = fit.params, fit.half_width95
     if s_per_B <= 0:
         raise ValueError(f"{op} times do not grow with size: cannot fit a bandwidth")
