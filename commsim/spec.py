@@ -235,6 +235,10 @@ def measured_cpu_efficiency(profile: Profile,
         return ()
     sharing = min(1.0, cores / busy)
     eff = min(1.0, (alone / contended) / sharing)
+    if t < cores < busy:
+        # The loss comes from every core being busy (shared caches, memory bandwidth, SMT
+        # siblings): it is there as soon as the threads fill the cores, not only at ``busy``.
+        return ((float(t), 1.0), (float(cores), eff), (float(busy), eff))
     return ((float(t), 1.0), (float(busy), eff))
 
 

@@ -75,3 +75,20 @@ def test_bundled_profile_measures_contention_beyond_sharing():
     busy, eff = points[-1]
     assert busy == prof.compute.contended["ranks"] * prof.compute.threads_per_rank
     assert 0 < eff <= 1
+
+
+def test_cpu_efficiency_is_lost_once_the_threads_fill_the_cores():
+    """4 ranks x 1 thread on 2 cores, contended 2.5x alone: beyond the 2x of sharing the cores,
+    efficiency 0.8, already at 2 busy threads (every core busy), not only at 4."""
+    import dataclasses
+    prof = load_default()
+    comp = prof.compute
+    sizes = comp.batch_sizes
+    cont = {"ranks": 4, "batch_sizes": list(sizes),
+            **{f"{ph}_s": [2.5 * comp.time_s(ph, b) for b in sizes]
+               for ph in ("forward", "backward", "optimizer")}}
+    prof = dataclasses.replace(prof, compute=dataclasses.replace(comp, threads_per_rank=1,
+                                                                 contended=cont),
+                               metadata={**prof.metadata, "cores": 2, "shared_cpu_cores": 2})
+    points = measured_cpu_efficiency(prof)
+    assert [v for p in points for v in p] == pytest.approx([1.0, 1.0, 2.0, 0.8, 4.0, 0.8])
