@@ -102,9 +102,24 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
 
 
 def contention_points(net) -> tuple:
-    """(load, bandwidth_Bps, compute_speed) per measured contention point of a NetworkFit."""
+    """(load, bandwidth_Bps, compute_speed) per measured contention point of a NetworkFit, plus
+    a knee at load 1 when the first loaded point lies beyond it.
+
+    Why the knee: compute loses its speed to a collective as soon as compute threads fill the
+    cores (load 1), not in proportion to the load: the collective's threads, waking from
+    waiting on the network, pre-empt it (calibrations at 2 ranks on 2 cores measured compute
+    kept 60% at load 1 and 57% at loads 2 and 3; 4 ranks on 2 cores 70% at load 2).  A
+    calibration with more co-located ranks than cores cannot run at load 1, so its curve takes
+    the first loaded point's speed there.  The bandwidth at the knee stays on the line between
+    the measured points (live DDP buckets at 2 ranks on 2 cores ran at 65-108 MB/s of a 117
+    MB/s link while backward ran)."""
     speeds = net.contention_compute_speed or (1.0,) * len(net.contention_load)
-    return tuple(zip(net.contention_load, net.contention_bandwidth_Bps, speeds))
+    points = tuple(zip(net.contention_load, net.contention_bandwidth_Bps, speeds))
+    if len(points) >= 2 and points[0][0] == 0.0 and points[1][0] > 1.0:
+        (x0, bw0, _), (x1, bw1, speed1) = points[0], points[1]
+        knee = (1.0, bw0 + (bw1 - bw0) * (1.0 - x0) / (x1 - x0), speed1)
+        points = (points[0], knee) + points[1:]
+    return points
 
 
 def contended_bandwidth_Bps(points: tuple, load: float) -> float:

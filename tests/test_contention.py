@@ -121,3 +121,22 @@ def test_no_contention_while_compute_and_communication_fit_in_the_cores():
         predict(TOY, "ddp", 2, roomy, engine="des").iteration_s, rel=1e-12)
     tight = Scenario(global_batch=64, cores_per_host=1, first_bucket_bytes=4000)
     assert predict(slow, "ddp", 2, tight).iteration_s > predict(TOY, "ddp", 2, tight).iteration_s
+
+
+def test_compute_loses_its_speed_once_compute_fills_the_cores():
+    """Points measured at loads 0 and 2 (4 ranks on 2 cores): the knee at load 1 takes load 2's
+    compute speed and the bandwidth on the line between the two points."""
+    from commsim.costs import clamped_piecewise, contention_points
+    net = NetworkFit(latency_s=0, bandwidth_Bps=1e8, contention_load=(0.0, 2.0, 4.0),
+                     contention_bandwidth_Bps=(1e8, 4e7, 2e7),
+                     contention_compute_speed=(1.0, 0.7, 0.6))
+    pts = contention_points(net)
+    assert [v for p in pts for v in p] == pytest.approx([0.0, 1e8, 1.0, 1.0, 7e7, 0.7,
+                                                         2.0, 4e7, 0.7, 4.0, 2e7, 0.6])
+    speed = tuple((x, s) for x, _, s in pts)
+    assert clamped_piecewise(speed, 0.5) == pytest.approx(0.85)   # a core still idle
+    assert clamped_piecewise(speed, 1.5) == pytest.approx(0.7)
+    # A calibration that measured load 1 itself keeps its own points.
+    at_one = dataclasses.replace(net, contention_load=(0.0, 1.0, 2.0))
+    assert contention_points(at_one) == tuple(zip((0.0, 1.0, 2.0), (1e8, 4e7, 2e7),
+                                                  (1.0, 0.7, 0.6)))
