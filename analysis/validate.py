@@ -106,7 +106,22 @@ def compare(predicted: dict, measured: dict, *, rate_Bps: float | None = None) -
     for key in ("compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank"):
         row[f"predicted_{key}"] = predicted.get(key)
         row[f"measured_{key}"] = measured.get(key)
+    row.update(error_parts(row))
     return row
+
+
+def error_parts(row: dict) -> dict:
+    """Where the error comes from: the compute and the exposed-sync differences, each in
+    percentage points of the measured iteration (they add up to ``error_pct`` where an
+    iteration is compute + exposed sync, as both sides define it; a median of sums is not
+    exactly the sum of medians, so the live side adds up only approximately)."""
+    measured = row.get("measured_s")
+    out = {}
+    for part, key in (("compute", "compute_s"), ("sync", "exposed_comm_s")):
+        p, m = row.get(f"predicted_{key}"), row.get(f"measured_{key}")
+        ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (p, m, measured))
+        out[f"{part}_error_pp"] = 100.0 * (p - m) / measured if ok and measured > 0 else None
+    return out
 
 
 def summarize(rows: Sequence[dict], tolerance_pct: float) -> dict:
@@ -179,9 +194,31 @@ def rows_table(rows: Iterable[dict]) -> list[dict]:
     """Rows for the text table: what a reader needs, in order."""
     out = []
     for r in rows:
+        parts = error_parts(r)
         out.append({"strategy": " ".join(filter(None, (r["strategy"], r.get("variant")))),
                     "nodes": r["nodes"],
                     "rate": "loopback" if not r["rate_Bps"] else f"{r['rate_Bps'] * 8 / 1e6:g}mbit",
                     "predicted_s": r["predicted_s"], "measured_s": r["measured_s"],
-                    "spread_s": r["measured_spread_s"], "error_pct": r["error_pct"]})
+                    "spread_s": r["measured_spread_s"], "error_pct": r["error_pct"], **parts})
     return out
+
+
+def _pp(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} pp"
+
+
+def _spread(value: float | None) -> str:
+    from commsim.units import fmt_time
+    return "-" if value is None else fmt_time(value)
+
+
+def table_columns() -> tuple:
+    """``commsim.table.text_table`` columns for ``rows_table`` rows (validate and bench/fidelity
+    print the same table): the error, and how much of it is compute and how much exposed sync
+    (percentage points of the measured iteration)."""
+    from commsim.units import fmt_time
+    return (("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
+            ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
+            ("spread", "spread_s", _spread),
+            ("error", "error_pct", lambda v: f"{v:+.1f}%"),
+            ("of it compute", "compute_error_pp", _pp), ("sync", "sync_error_pp", _pp))

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from commsim.analysis.validate import (ValidationGrid, live_scenario, rows_table, summarize,
-                                      validate)
+                                      table_columns, validate)
 from commsim import profile as P
 from commsim.api import predict
 from commsim.calibrate import cluster
@@ -289,11 +289,7 @@ def main(argv=None) -> int:
         if not rows:
             continue
         s = summarize(rows, TARGET_MEDIAN)
-        table = text_table(rows_table(rows), columns=(
-            ("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
-            ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
-            ("spread", "spread_s", lambda v: "-" if v is None else fmt_time(v)),
-            ("error", "error_pct", lambda v: f"{v:+.1f}%")))
+        table = text_table(rows_table(rows), columns=table_columns())
         verdict = ("PASS" if s["median_abs_error_pct"] <= TARGET_MEDIAN
                    and s["max_abs_error_pct"] <= TARGET_MAX else "FAIL")
         summary = (f"|error| median {s['median_abs_error_pct']:.1f}%, p90 "

@@ -14,6 +14,20 @@ def test_error_is_signed_percent_of_measurement():
     assert math.isnan(error_pct(1.0, 0.0))
 
 
+def test_error_splits_into_compute_and_exposed_sync_points():
+    predicted = {"iteration_s": 1.5, "compute_s": 1.0, "exposed_comm_s": 0.5}
+    measured = {"strategy": "ring", "nodes": 2, "iteration_s": 2.0, "compute_s": 1.2,
+                "exposed_comm_s": 0.8}
+    row = compare(predicted, measured)
+    assert row["error_pct"] == pytest.approx(-25.0)
+    # (1.0 - 1.2) / 2.0 and (0.5 - 0.8) / 2.0 of the measured iteration: -10 and -15 points.
+    assert row["compute_error_pp"] == pytest.approx(-10.0)
+    assert row["sync_error_pp"] == pytest.approx(-15.0)
+    # A live run that could not split its iteration says so rather than guessing.
+    partial = compare(predicted, {**measured, "compute_s": None})
+    assert partial["compute_error_pp"] is None and partial["sync_error_pp"] == pytest.approx(-15.0)
+
+
 def test_summary_median_p90_max_and_verdict():
     rows = [{"error_pct": e} for e in (-1.0, 2.0, -3.0, 4.0, 10.0)]
     s = summarize(rows, tolerance_pct=3.0)

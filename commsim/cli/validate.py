@@ -44,7 +44,8 @@ def validate(
 ) -> None:
     import tempfile
 
-    from commsim.analysis.validate import ValidationGrid, rows_table, validate as run
+    from commsim.analysis.validate import (ValidationGrid, rows_table, table_columns,
+                                          validate as run)
     from commsim.errors import UserError
     from commsim.profile import atomic_write_text, load
     from commsim.strategies import get_strategy
@@ -97,12 +98,7 @@ def validate(
     if json_out:
         typer.echo(o.dumps(report.to_dict()))
     else:
-        from commsim.units import fmt_time
-        typer.echo(text_table(rows_table(report.rows), columns=(
-            ("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
-            ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
-            ("spread", "spread_s", lambda v: "-" if v is None else fmt_time(v)),
-            ("error", "error_pct", lambda v: f"{v:+.1f}%"))))
+        typer.echo(text_table(rows_table(report.rows), columns=table_columns()))
         s = report.summary
         typer.echo(f"\n|error| median {s['median_abs_error_pct']:.1f}%, p90 "
                    f"{s['p90_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% over "
