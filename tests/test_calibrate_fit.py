@@ -159,3 +159,14 @@ def test_log_residuals_follow_the_median_of_skewed_small_message_times():
         assert 1 / s_per_B == pytest.approx(100e6, rel=0.03)
     # Relative residuals lean towards the fastest calls: the constant comes out low.
     assert np.mean([c for c, _ in rel_fits]) < 0.9 * 2e-3
+
+
+def test_gather_bandwidth_comes_from_large_sizes_despite_a_mid_size_bump():
+    # 2 ranks at 100 Mbit/s as measured (bench/fidelity, 2026-11-22): 0.4-0.9 ms up to 256 B,
+    # 5-8 ms at 1-16 KB (TCP acknowledgement timing), then the link's 11.3 MB/s.
+    medians_ms = {4: 0.39, 16: 0.41, 64: 0.93, 256: 0.72, 1024: 7.28, 4096: 5.39,
+                  16384: 7.67, 65536: 16.33, 262144: 30.14, 1048576: 97.03, 4194304: 370.67}
+    recs = [{"op": "gather", "bytes": n, "count": n // 4, "world_size": 2,
+             "times_s": [t / 1e3] * 5, "wrong": 0} for n, t in medians_ms.items()]
+    fit = F.fit_collective("gather", recs, world_size=2, network=NetworkFit(3e-4, 11.8e6))
+    assert fit.bandwidth_Bps == pytest.approx(4194304 / 0.37067, rel=0.1)
