@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
 from commsim.spec import MiB, measured_cpu_efficiency
+from commsim.units import fmt_time
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,6 @@ def _pp(value: float | None) -> str:
 
 
 def _spread(value: float | None) -> str:
-    from commsim.units import fmt_time
     return "-" if value is None else fmt_time(value)
 
 
@@ -216,7 +216,6 @@ def table_columns() -> tuple:
     """``commsim.table.text_table`` columns for ``rows_table`` rows (validate and bench/fidelity
     print the same table): the error, and how much of it is compute and how much exposed sync
     (percentage points of the measured iteration)."""
-    from commsim.units import fmt_time
     return (("strategy", "strategy", str), ("nodes", "nodes", str), ("link", "rate", str),
             ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
             ("spread", "spread_s", _spread),
