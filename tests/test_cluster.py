@@ -57,8 +57,10 @@ def test_shaping_burst_is_small_and_queue_holds_it(rate_Bps):
     else:
         assert gso == cluster.GSO_DEFAULT_BYTES
     assert burst >= 2 * cluster.FRAME_BYTES  # a full frame must always fit
-    # Short messages get at most max(2 frames, BURST_TIME_S) of free line time.
-    assert burst / rate_Bps <= max(2 * cluster.FRAME_BYTES / rate_Bps, cluster.BURST_TIME_S) + 1e-9
+    # Short messages get at most max(MIN_BURST_FRAMES frames, BURST_TIME_S) of free line time.
+    frames_s = cluster.MIN_BURST_FRAMES * cluster.FRAME_BYTES / rate_Bps
+    assert burst / rate_Bps <= max(frames_s, cluster.BURST_TIME_S) + 1e-9
+    assert gso <= cluster.GSO_DEFAULT_BYTES  # IPv4 TCP never builds larger GSO packets
     assert limit >= 2 * burst
 
 
