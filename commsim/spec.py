@@ -194,12 +194,16 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
                     cpu_efficiency: tuple = ()) -> ClusterSpec:
     """A cluster of ``hosts`` machines like the calibrated one, with what-if overrides.
 
-    By default each rank gets the cores its compute was measured with (no CPU contention beyond
-    what the profile saw); the link is the profile's fitted point-to-point link.
+    By default each rank gets the cores its compute was measured with plus one for its Gloo
+    thread: a multi-core host running a rank with ``threads_per_rank`` compute threads (torchrun
+    sets one) has cores to spare, so DDP's reductions do not take CPU from backward there.  What
+    the calibration measured on cores that were all busy (``network.contention_*``) then does not
+    apply; ``cores_per_host`` models a host without the spare core.  The link is the profile's
+    fitted point-to-point link.
     """
     net = profile.network
     if cores_per_host is None:
-        cores_per_host = profile.compute.threads_per_rank * ranks_per_host
+        cores_per_host = (profile.compute.threads_per_rank + 1) * ranks_per_host
     return ClusterSpec(
         hosts=hosts, ranks_per_host=ranks_per_host,
         nic_bandwidth_Bps=net.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps,

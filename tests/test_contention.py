@@ -121,6 +121,10 @@ def test_no_contention_while_compute_and_communication_fit_in_the_cores():
         predict(TOY, "ddp", 2, roomy, engine="des").iteration_s, rel=1e-12)
     tight = Scenario(global_batch=64, cores_per_host=1, first_bucket_bytes=4000)
     assert predict(slow, "ddp", 2, tight).iteration_s > predict(TOY, "ddp", 2, tight).iteration_s
+    # The default cluster gives each rank a core for its Gloo thread: roomy, on the fast engine.
+    default = predict(slow, "ddp", 2, Scenario(global_batch=64, first_bucket_bytes=4000))
+    assert default.engine == "fast"
+    assert default.iteration_s == predict(slow, "ddp", 2, roomy, engine="fast").iteration_s
 
 
 def test_compute_loses_its_speed_once_compute_fills_the_cores():

@@ -11,13 +11,17 @@ from commsim.api import Scenario, predict
 from commsim.errors import UserError
 from profiles import make_profile
 
+# Cores per rank = the profile's compute threads: no spare core for DDP's Gloo thread (the
+# default cluster gives one), so its reductions compete with backward.
+THREADS = 2
+
 # Four tensors, ready at staggered points of backward, so that DDP has several buckets (the first
 # capped at 1 MiB) and the early ones overlap backward; a
 # reduction cost large enough that DDP's Gloo thread visibly slows backward on one core.
 PROFILE = make_profile(param_bytes=(2_000_000, 1_500_000, 600_000, 400_000), latency_s=5e-5,
                        bandwidth_Bps=125e6, gamma_s_per_B=1e-8,
                        overheads={"all_reduce": 3e-4, "gather": 2e-4, "scatter": 1e-4},
-                       ready=(1.0, 0.7, 0.4, 0.2), threads=2)
+                       ready=(1.0, 0.7, 0.4, 0.2), threads=THREADS)
 SUMMARY = ("iteration_s", "compute_s", "comm_s", "exposed_comm_s", "speedup", "efficiency",
            "epoch_s", "bytes_sent_per_rank", "bytes_received_per_rank", "bytes_sent_max",
            "algbw_Bps", "busbw_Bps", "link_utilization")
@@ -42,6 +46,7 @@ def assert_same(des, fast):
 
 
 def both(strategy, nodes, **kw):
+    kw.setdefault("cores_per_host", THREADS * kw.get("ranks_per_host", 1))
     sc = Scenario(global_batch=64 * nodes * kw.get("ranks_per_host", 1), bucket_bytes=500_000,
                   **kw)
     return (predict(PROFILE, strategy, nodes, sc, engine="des"),
@@ -111,7 +116,7 @@ def test_large(strategy, nodes):
     cases = [dict(stragglers={100: 1.5})] if nodes == 256 else [
         {}, dict(stragglers={10: 1.5}, slow_links_Bps={40: 40e6})]
     for kw in cases:
-        sc = Scenario(global_batch=64 * nodes, **kw)
+        sc = Scenario(global_batch=64 * nodes, cores_per_host=THREADS, **kw)
         assert_same(predict(prof, strategy, nodes, sc, engine="des"),
                     predict(prof, strategy, nodes, sc, engine="fast"))
 
@@ -119,8 +124,8 @@ def test_large(strategy, nodes):
 def test_ddp_contention_is_modelled():
     """On one core per rank DDP's reductions slow backward: the case must differ from 4 cores,
     or the regimes in fast._reduce are not exercised."""
-    one = predict(PROFILE, "ddp", 4, Scenario(global_batch=256, bucket_bytes=500_000),
-                  engine="fast")
+    one = predict(PROFILE, "ddp", 4, Scenario(global_batch=256, bucket_bytes=500_000,
+                                              cores_per_host=THREADS), engine="fast")
     four = predict(PROFILE, "ddp", 4, Scenario(global_batch=256, bucket_bytes=500_000,
                                                cores_per_host=8), engine="fast")
     assert one.compute_s > four.compute_s * (1 + 1e-6)

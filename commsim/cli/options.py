@@ -35,7 +35,8 @@ LatencyOpt = typer.Option(None, "--latency", help="What-if one-way latency: 50us
 RanksPerHostOpt = typer.Option(1, "--ranks-per-host", min=1,
                                help="Ranks per host; they share its cores and NIC.")
 CoresOpt = typer.Option(None, "--cores-per-host", help="Cores per host (default: the threads "
-                        "each rank was calibrated with, times ranks per host).")
+                        "each rank was calibrated with plus one for its Gloo thread, times ranks "
+                        "per host).")
 SharedCoresOpt = typer.Option(None, "--shared-cpu-cores", help="All ranks share one pool of "
                               "this many cores (a cluster emulated on one machine).")
 StragglerOpt = typer.Option(None, "--straggler", help="RANK:FACTOR, rank computes FACTOR times "
