@@ -170,3 +170,30 @@ def test_gather_bandwidth_comes_from_large_sizes_despite_a_mid_size_bump():
              "times_s": [t / 1e3] * 5, "wrong": 0} for n, t in medians_ms.items()]
     fit = F.fit_collective("gather", recs, world_size=2, network=NetworkFit(3e-4, 11.8e6))
     assert fit.bandwidth_Bps == pytest.approx(4194304 / 0.37067, rel=0.1)
+
+
+def test_link_bandwidth_is_not_fooled_by_a_token_bucket_burst():
+    # send/recv at 100 Mbit/s through tbf with a 12 KB burst, as measured (4 ranks, 2026-11-22):
+    # 4-16 KB leave inside the burst at ~190 Mbit/s.  One relative fit over every size put the
+    # link at 197 Mbit/s; the large sizes say 96.
+    medians_ms = {4: 0.19, 16: 0.10, 64: 0.11, 256: 0.11, 1024: 0.09, 4096: 0.17, 16384: 0.71,
+                  65536: 4.79, 262144: 21.51, 1048576: 87.36, 4194304: 350.25}
+    recs = [{"op": "send_recv", "bytes": n, "count": n // 4, "world_size": 2,
+             "times_s": [t / 1e3] * 5, "wrong": 0} for n, t in medians_ms.items()]
+    net, _ = F.fit_network(recs)
+    assert net.bandwidth_Bps == pytest.approx(4194304 / 0.35025, rel=0.02)
+    # α: the latency-bound sizes' median (4 B-1 KB: 0.09-0.19 ms)
+    assert 0.09e-3 <= net.latency_s <= 0.19e-3
+
+
+def test_all_reduce_constant_is_the_median_of_skewed_small_calls():
+    # Small calls spread log-normally around 5 ms (4 ranks on 2 cores), large ones at 12 MB/s.
+    rng = np.random.default_rng(0)
+    recs = []
+    for n in SIZES:
+        t = 5e-3 * np.exp(0.5 * rng.standard_normal(5)) + 1.5 * n / 12e6
+        recs.append({"op": "all_reduce", "bytes": n, "count": n // 4, "world_size": 4,
+                     "times_s": list(t), "wrong": 0})
+    fit = F.fit_collective("all_reduce", recs, world_size=4, network=NetworkFit(1e-4, 12e6))
+    assert fit.bandwidth_Bps == pytest.approx(12e6, rel=0.03)
+    assert fit.overhead_s + 6 * 1e-4 == pytest.approx(5e-3, rel=0.25)
