@@ -153,21 +153,15 @@ def _points(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(n, dtype=float), np.asarray(t, dtype=float)
 
 
-# Each parameter of t = c + x·s (x = the bytes term) from the sizes that determine it: s from
-# the sizes within LINK_SLOPE_SPAN of the largest, where the bytes alone set the time; c from the
-# sizes whose bytes take at most LATENCY_BOUND of their time at that s, on log residuals (their
-# median).  Fitted over every size at once, one line had to follow both ends and the middle:
-# messages of 4-16 KB that leave inside the emulated link's token-bucket burst (12 KB at
-# 100mbit) at ~190 Mbit/s put a 100 Mbit/s link at 137-197 Mbit/s, the gather's 5-8 ms bump at
-# 1-16 KB (2 ranks) pulled its bandwidth down, and the all-reduce's small calls, spread over a
-# multiple of their median, pulled its slope (a 4-rank 100mbit all-reduce fitted at 89.9 Mbit/s
-# against 92.9 measured at 4 MiB).
+# ``slope_then_constant`` (why: the module docstring): s from the sizes within LINK_SLOPE_SPAN
+# of the largest; c from those whose bytes take at most LATENCY_BOUND of their time at that s.
 LINK_SLOPE_SPAN = 16.0
 LATENCY_BOUND = 0.25
 
 
 @dataclass(frozen=True)
 class TwoStepFit:
+    """t = const_s + bytes·s_per_B, their 95% half-widths, and R² in absolute seconds."""
     const_s: float
     s_per_B: float
     half_const_s: float
