@@ -22,7 +22,7 @@ that still lets Gloo's ring all-reduce reach the TCP payload ceiling (95.6% of t
 ranks on 2 cores: ``MIN_BURST_FRAMES`` frames, or the bytes the link sends in ``BURST_TIME_S`` if
 that is more (late timer wake-ups otherwise leave the link idle, and a small bucket caps the GSO
 packets small, which costs CPU per byte).  Measured bus bandwidth, 4 ranks: 100mbit (1-16 MiB)
-with 2 frames 88-89 Mbit/s, 4 frames 93, 8 frames 95; 1gbit (16-64 MiB, 6-8 runs each) with
+with 2 frames 88-89 Mbit/s, 4 frames 93, 8 frames 95; 1gbit (16-64 MiB, 4-6 runs each) with
 100 µs (GSO 8 KB) 835-939 Mbit/s, 300 µs (GSO 25 KB) 938-952, 1 ms 948-955, 300 µs with GSO held
 at 8 KB 883-916.  The price: a message sent after an idle gap gets up to ~1 ms (100mbit) or
 300 µs (1gbit) of line time free, which a real NIC never gives.  The queue ``limit`` is a
