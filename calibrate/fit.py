@@ -98,9 +98,14 @@ def robust_linear_fit(X: np.ndarray, t: np.ndarray, *, log: bool = False) -> Lin
     cov = s2 * np.linalg.pinv(J.T @ (w[:, None] * J))
     half = Z95 * np.sqrt(np.clip(np.diag(cov), 0.0, None))
     pred = X @ theta
-    ss_tot = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    r2 = _r2(t, pred)
     return LinearFit(tuple(map(float, theta)), tuple(map(float, half)), r2)
+
+
+def _r2(t: np.ndarray, pred: np.ndarray) -> float:
+    """R² of a prediction in absolute seconds (1 when the times do not vary)."""
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    return 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
 
 
 def _bw_interval(s_per_B: float, half: float) -> list[float]:
@@ -193,8 +198,7 @@ def slope_then_constant(x: np.ndarray, t: np.ndarray, *, what: str) -> TwoStepFi
     else:  # every size bandwidth-bound and faster than the line: no constant to see
         c, h_c = 0.0, 0.0
     pred = c + x * s_per_B
-    ss_tot = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((t - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    r2 = _r2(t, pred)
     return TwoStepFit(c, s_per_B, h_c, h_s, r2)
 
 
