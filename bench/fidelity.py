@@ -49,6 +49,7 @@ from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, refit_profile, run as calibrate
 from commsim.profile import atomic_write_text
+from commsim.spec import measured_cpu_efficiency
 from commsim.table import text_table
 from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
 
@@ -118,7 +119,8 @@ def calibration_row(prof, n: int, rate: float, wall_s: float) -> dict:
             "all_reduce_busbw_pct_of_rate": 100 * ar.bandwidth_Bps / rate,
             "contention_load": list(prof.network.contention_load),
             "contention_bandwidth_Bps": list(prof.network.contention_bandwidth_Bps),
-            "contention_compute_speed": list(prof.network.contention_compute_speed)}
+            "contention_compute_speed": list(prof.network.contention_compute_speed),
+            "cpu_efficiency": [list(p) for p in measured_cpu_efficiency(prof)]}
 
 
 def measured_from_rows(data: dict) -> dict:
@@ -280,11 +282,15 @@ def main(argv=None) -> int:
         ("busbw under load", "contention_bandwidth_Bps",
          lambda v: ", ".join(fmt_rate(x) for x in v[1:]) or "-"),
         ("compute kept", "contention_compute_speed",
-         lambda v: ", ".join(f"{x:.0%}" for x in v[1:]) or "-")))
+         lambda v: ", ".join(f"{x:.0%}" for x in v[1:]) or "-"),
+        ("CPU efficiency", "cpu_efficiency",
+         lambda v: ", ".join(f"{x:.2f} at {b:g}" for b, x in (v or [])[1:]) or "-")))
     print(f"\nCalibrations (issue 3: all-reduce busbw within 10% of the rate)\n{cal_table}")
     lines += ["## Calibrations", "", "```", cal_table, "```", "",
               "busbw under load / compute kept: with 1, 2, 3 compute threads per rank "
-              "(the contention the simulator applies while DDP overlaps).", ""]
+              "(the contention the simulator applies while DDP overlaps).  CPU efficiency: "
+              "compute speed beyond what sharing the cores explains, at that many busy "
+              "threads (all ranks computing; 2 nodes: with co-runners to 4).", ""]
     for title, rows, targeted in sections:
         if not rows:
             continue

@@ -9,6 +9,8 @@
    a. compute *alone*: with co-located ranks only rank 0 measures while the others wait
       (on separate hosts all measure at once, which is the same thing);
    b. compute *contended*: every rank measures at once (co-located ranks share the cores);
+      b2. and again with co-runners beside the ranks, up to ``OVERSUBSCRIBE`` x the cores
+      (``corunner``), where the ranks alone do not reach that;
    c. the local reduction cost (``a.add_(b)``, one thread) on rank 0;
    d. every collective over the size sweep (``collectives.sweep``).
    Rank 0 appends each record to the samples log as soon as it has it, and prints progress.
@@ -35,6 +37,7 @@ from typing import IO, Any, Iterator
 
 from commsim.calibrate import collectives as C
 from commsim.calibrate import compute as K
+from commsim.calibrate import corunner
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch import (DEFAULT_COLLECTIVE_TIMEOUT_S, cpu_cores, default_threads,
                                       from_env, launch, run_from_env)
@@ -51,6 +54,11 @@ GRAD_READY_BATCH = 64
 # Repetitions per rank of the contended compute (every rank at once; pooled over ranks).  3, not
 # 2: at 4 ranks on 2 cores two repetitions left batch 64 ~15% off the curve through 16 and 256.
 CONTENDED_REPS = 3
+# Co-runners load each host to this many times its cores (phase b2): what 4 ranks on 2 cores cost
+# is then measured by a 2-rank calibration.  None when a rank would need more than MAX_CORUNNERS
+# of them (a host with many cores per rank: it is not going to be oversubscribed).
+OVERSUBSCRIBE = 2.0
+MAX_CORUNNERS = 2
 SAMPLES_SUFFIX = ".samples.jsonl"
 WORKER = "commsim.calibrate.runner:calibrate_rank"
 # How often ranks waiting for a long solo phase check that the others are alive.
@@ -73,6 +81,9 @@ class CalibrateOptions:
     timeout_s: float = 900.0
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
     threads_per_rank: int | None = None
+    # Co-runners load each host to this many times its cores (phase b2); None: OVERSUBSCRIBE,
+    # or 0 (off) with --quick.
+    oversubscribe: float | None = None
     # Which emulated cluster --emulate uses (tests use their own, never a user's "csim").
     cluster_prefix: str = "csim"
     command: str = field(default_factory=lambda: shlex.join(["commsim", *sys.argv[1:]]))
@@ -110,7 +121,8 @@ class SampleLog:
 def _fingerprint(opts: CalibrateOptions, world_size: int) -> dict:
     return {"nodes": world_size, "emulated_rate_Bps": opts.emulate_Bps, "model": opts.model,
             "input_shape": list(opts.input_shape), "batch_sizes": list(opts.batches),
-            "sizes_bytes": list(opts.sizes), "quick": opts.quick}
+            "sizes_bytes": list(opts.sizes), "quick": opts.quick,
+            "oversubscribe": opts.oversubscribe}
 
 
 def open_samples(opts: CalibrateOptions, world_size: int) -> list[dict]:
@@ -230,6 +242,40 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                                for ph in K.PHASES}})
             say(f"compute {colocated} ranks batch {b:4d} ({i + 1}/{len(spec.batch_sizes[::2])}): "
                 f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
+
+    # b2. oversubscribed: co-runners beside every rank (see ``corunner``)
+    helpers = corunner.helpers_per_rank(hosts[:rank].count(hosts[rank]), colocated, cpu_cores(),
+                                        _threads(), float(config.get("oversubscribe",
+                                                                     OVERSUBSCRIBE)),
+                                        MAX_CORUNNERS)
+    plan: list[Any] = [None] * world_size
+    dist.all_gather_object(plan, helpers)
+    busy = sum(1 + n for n, h in zip(plan, hosts) if h == hosts[0]) * _threads()
+    todo = [b for b in spec.batch_sizes[::2] if ("compute", "oversubscribed", b) not in done]
+    runners: list[corunner.CoRunner] = []
+    try:
+        for i, b in enumerate(todo if any(plan) else ()):
+            with heartbeat(beat_group, beat_s):
+                if not runners:
+                    runners = [corunner.CoRunner(config["model"], tuple(config["input_shape"]),
+                                                 _threads()) for _ in range(helpers)]
+                for r in runners:
+                    r.set_batch(b)
+            dist.barrier()
+            with heartbeat(beat_group, beat_s):
+                rec = K.measure_batch(bench, b, warmup=1,
+                                      reps=int(config.get("contended_reps", CONTENDED_REPS)))
+            per_rank = [None] * world_size
+            dist.all_gather_object(per_rank, rec)
+            merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
+                      for ph in K.PHASES}
+            keep({"kind": "compute", "mode": "oversubscribed", "batch_size": b,
+                  "ranks": colocated, "busy_threads": busy, "threads": _threads(), **merged})
+            say(f"compute {busy} busy threads batch {b:4d} ({i + 1}/{len(todo)}): "
+                f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
+    finally:
+        for r in runners:
+            r.close()
     del bench
 
     # c. local reduction cost
@@ -342,6 +388,8 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
     """Fit everything measured and build the profile (raw records kept under ``samples``)."""
     alone = [r for r in records if r["kind"] == "compute" and r["mode"] == "alone"]
     contended = [r for r in records if r["kind"] == "compute" and r["mode"] == "contended"]
+    oversubscribed = [r for r in records
+                      if r["kind"] == "compute" and r["mode"] == "oversubscribed"]
     colls = [r for r in records if r["kind"] == "collective"]
     reduction = next((r for r in records if r["kind"] == "reduction"), None)
     contention = [r for r in records if r["kind"] == "contention"]
@@ -358,9 +406,16 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
         ct = F.smooth_compute(K.summarize(contended), compute_fits["contended"])
         cont = {"ranks": contended[0]["ranks"], "batch_sizes": ct["batch_sizes"],
                 **{f"{ph}_s": ct[f"{ph}_s"] for ph in K.PHASES}}
+    over = None
+    if oversubscribed:
+        compute_fits["oversubscribed"] = F.fit_compute(oversubscribed, K.PHASES)
+        ot = F.smooth_compute(K.summarize(oversubscribed), compute_fits["oversubscribed"])
+        over = {"ranks": oversubscribed[0]["ranks"],
+                "busy_threads": oversubscribed[0]["busy_threads"],
+                "batch_sizes": ot["batch_sizes"], **{f"{ph}_s": ot[f"{ph}_s"] for ph in K.PHASES}}
     compute = ComputeTable(threads_per_rank=threads, batch_sizes=tuple(table["batch_sizes"]),
                            **{k: tuple(v) for k, v in table.items() if k != "batch_sizes"},
-                           contended=cont)
+                           contended=cont, oversubscribed=over)
     ready = min(alone, key=lambda r: (abs(r["batch_size"] - GRAD_READY_BATCH), r["batch_size"]))
     by_op = {op: [r for r in colls if r["op"] == op] for op in C.OPS}
     if len({r["bytes"] for r in by_op["send_recv"]}) < 2:
@@ -387,7 +442,8 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
         raise RunFailed(f"fitting failed: {exc}") from None
     built = build_model(model)
     params, buffers = param_specs(built), buffer_specs(built)
-    samples = {"compute": alone, "compute_contended": contended, "compute_fit": compute_fits,
+    samples = {"compute": alone, "compute_contended": contended,
+               "compute_oversubscribed": oversubscribed, "compute_fit": compute_fits,
                "collectives": colls,
                "contention": contention,
                "reduction": reduction, "reduction_s_per_B_ci95": gamma_ci,
@@ -404,7 +460,7 @@ def refit_profile(profile: Profile) -> Profile:
     kept): how a change to the fits is checked against measurements already taken."""
     s = profile.samples
     records = [*s.get("compute", []), *s.get("compute_contended", []),
-               *s.get("collectives", []), *s.get("contention", [])]
+               *s.get("compute_oversubscribed", []), *s.get("collectives", []), *s.get("contention", [])]
     if s.get("reduction"):
         records.append(s["reduction"])
     return profile_from_records(records, model=profile.model_name,
@@ -468,6 +524,8 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
               "samples_path": str(samples_path(opts.out).resolve()), "done": done,
               "collective_timeout_s": opts.collective_timeout_s,
               "compute": {"reps": 2, "warmup": 1} if opts.quick else {},
+              "oversubscribe": (opts.oversubscribe if opts.oversubscribe is not None
+                                else 0.0 if opts.quick else OVERSUBSCRIBE),
               "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {}}
     work = opts.out.parent / f".{opts.out.name}.ranks"
     if env is not None:

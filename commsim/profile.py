@@ -15,7 +15,8 @@ Schema (version 1), top level::
     compute           {threads_per_rank, batch_sizes, forward_s, backward_s, optimizer_s,
                        [forward_spread_s, backward_spread_s, optimizer_spread_s],
                        [data_s, data_spread_s]  (loading a batch before forward),
-                       [contended: {ranks, forward_s, backward_s, optimizer_s}]}
+                       [contended: {ranks, batch_sizes, forward_s, backward_s, optimizer_s}],
+                       [oversubscribed: {ranks, busy_threads, batch_sizes, forward_s, ...}]}
     grad_ready        {batch_size, fraction: [one per param, registration order, 0..1 of backward]}
     network           {latency_s, bandwidth_Bps, [intra_host_latency_s, intra_host_bandwidth_Bps],
                        [contention_load, contention_bandwidth_Bps, contention_compute_speed]}
@@ -78,6 +79,9 @@ class ComputeTable:
     backward_spread_s: tuple[float, ...] = ()
     optimizer_spread_s: tuple[float, ...] = ()
     contended: Mapping[str, Any] | None = None
+    # The same with co-runners beside the ranks: {ranks, busy_threads, batch_sizes, <phase>_s}
+    # (``calibrate.corunner``): what more busy threads than cores cost.
+    oversubscribed: Mapping[str, Any] | None = None
     # Loading one batch (DataLoader + augmentation) before forward; empty when not measured.
     data_s: tuple[float, ...] = ()
     data_spread_s: tuple[float, ...] = ()
@@ -199,8 +203,9 @@ class Profile:
                      "data_spread_s"):
             if getattr(c, name):
                 compute[name] = list(getattr(c, name))
-        if c.contended is not None:
-            compute["contended"] = dict(c.contended)
+        for name in ("contended", "oversubscribed"):
+            if getattr(c, name) is not None:
+                compute[name] = dict(getattr(c, name))
         network = {k: (list(v) if isinstance(v, tuple) else v)
                    for k, v in asdict(self.network).items() if v not in (None, ())}
         collectives = {}
@@ -353,6 +358,7 @@ def profile_from_dict(data: Any) -> Profile:
         raw = g(comp, key, "compute", list, required=False)
         spreads[key] = _nums(raw, f"compute.{key}", n, nonneg=True) if raw is not None else ()
     contended = g(comp, "contended", "compute", dict, required=False)
+    oversubscribed = g(comp, "oversubscribed", "compute", dict, required=False)
     compute = ComputeTable(
         threads_per_rank=_int(g(comp, "threads_per_rank", "compute", int),
                               "compute.threads_per_rank"),
@@ -363,7 +369,7 @@ def profile_from_dict(data: Any) -> Profile:
                          positive=True),
         optimizer_s=_nums(g(comp, "optimizer_s", "compute", list), "compute.optimizer_s", n,
                           nonneg=True),
-        contended=contended, **spreads)
+        contended=contended, oversubscribed=oversubscribed, **spreads)
 
     ready = g(data, "grad_ready", "", dict)
     fractions = _nums(g(ready, "fraction", "grad_ready", list), "grad_ready.fraction",

@@ -220,30 +220,44 @@ def measured_cpu_efficiency(profile: Profile,
     """Efficiency points from calibration: every co-located rank computing at once (contended)
     against one alone, beyond what processor sharing of the host's cores explains, at the
     per-rank ``batch`` (caches and memory bandwidth make it depend on the batch), or pooled over
-    the measured batch sizes when None."""
-    from commsim.profile import interpolate
-    cont = profile.compute.contended
+    the measured batch sizes when None; and, where the calibration ran co-runners beside the
+    ranks (``compute.oversubscribed``), the same at their number of busy threads."""
+    comp = profile.compute
     cores = profile.metadata.get("shared_cpu_cores") or profile.metadata.get("cores")
-    if not cont or not cores or not cont.get("batch_sizes"):
+    t = comp.threads_per_rank
+    measured = []
+    if comp.contended and comp.contended.get("batch_sizes"):
+        measured.append((comp.contended.get("ranks", 1) * t, comp.contended))
+    if comp.oversubscribed and comp.oversubscribed.get("batch_sizes"):
+        measured.append((comp.oversubscribed["busy_threads"], comp.oversubscribed))
+    points = [(float(busy), eff) for busy, m in measured if cores and busy > t
+              and (eff := _efficiency(profile, m, cores / busy, batch)) is not None]
+    if not points:
         return ()
-    t = profile.compute.threads_per_rank
-    busy = cont.get("ranks", 1) * t
-    sizes = tuple(cont["batch_sizes"])
-    batches = sizes if batch is None else (batch,)
-    alone = contended = 0.0
-    for b in batches:
-        for phase in ("forward", "backward", "optimizer"):
-            alone += profile.compute.time_s(phase, b)
-            contended += interpolate(sizes, tuple(cont[f"{phase}_s"]), b)
-    if not (alone > 0 and contended > 0) or busy <= t:
-        return ()
-    sharing = min(1.0, cores / busy)
-    eff = min(1.0, (alone / contended) / sharing)
-    if t < cores < busy:
+    first_busy, first_eff = points[0]
+    out = [(float(t), 1.0)]
+    if t < cores < first_busy:
         # The loss comes from every core being busy (shared caches, memory bandwidth, SMT
         # siblings): it is there as soon as the threads fill the cores, not only at ``busy``.
-        return ((float(t), 1.0), (float(cores), eff), (float(busy), eff))
-    return ((float(t), 1.0), (float(busy), eff))
+        out.append((float(cores), first_eff))
+    for busy, eff in points:
+        if busy > out[-1][0]:
+            out.append((busy, eff))
+    return tuple(out)
+
+
+def _efficiency(profile: Profile, measured, sharing: float, batch: float | None) -> float | None:
+    """Alone over ``measured`` compute time, divided by what sharing the cores explains."""
+    from commsim.profile import interpolate
+    sizes = tuple(measured["batch_sizes"])
+    alone = loaded = 0.0
+    for b in sizes if batch is None else (batch,):
+        for phase in ("forward", "backward", "optimizer"):
+            alone += profile.compute.time_s(phase, b)
+            loaded += interpolate(sizes, tuple(measured[f"{phase}_s"]), b)
+    if not (alone > 0 and loaded > 0):
+        return None
+    return min(1.0, (alone / loaded) / min(1.0, sharing))
 
 
 def _check_int(what: str, value, minimum: int) -> None:

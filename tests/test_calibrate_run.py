@@ -1,6 +1,7 @@
 """End to end: a quick local 2-rank calibration writes a loadable profile; a rank killed
 mid-run ends the run naming it, the samples survive, and --resume finishes."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,7 +15,9 @@ psutil = pytest.importorskip("psutil")
 
 import commsim.profile as P  # noqa: E402
 from commsim.calibrate.runner import CalibrateOptions, refit_profile, run, samples_path  # noqa: E402
+from commsim.calibrate.launch import cpu_cores  # noqa: E402
 from commsim.errors import UserError  # noqa: E402
+from commsim.spec import measured_cpu_efficiency  # noqa: E402
 
 TINY = dict(nodes=2, quick=True, batch_sizes=(2, 4), sizes_bytes=(4, 4096, 262144),
             timeout_s=120)
@@ -22,11 +25,17 @@ TINY = dict(nodes=2, quick=True, batch_sizes=(2, 4), sizes_bytes=(4, 4096, 26214
 
 def test_quick_two_rank_calibration_writes_a_profile_that_loads(tmp_path):
     out = tmp_path / "p.json"
-    run(CalibrateOptions(out=out, **TINY))
+    # With co-runners (off by default with --quick): the host loaded to twice its cores.
+    run(CalibrateOptions(out=out, oversubscribe=2.0, **TINY))
     prof = P.load(out)
     assert prof.metadata["source"] == "commsim calibrate" and prof.metadata["nodes"] == 2
     assert prof.metadata["backend"] == "gloo" and prof.metadata["ranks_per_host"] == 2
     assert prof.compute.batch_sizes == (2, 4) and prof.compute.contended["ranks"] == 2
+    t = prof.compute.threads_per_rank
+    over = prof.compute.oversubscribed
+    assert over["batch_sizes"] == [2] and over["busy_threads"] == t * math.ceil(2 * cpu_cores() / t)
+    assert len(prof.samples["compute_oversubscribed"][0]["forward_s"]) == 2 * 3  # 2 ranks x 3
+    assert measured_cpu_efficiency(prof)[-1][0] == 4 * t
     assert len(prof.grad_ready_fraction) == len(prof.params) == 34
     assert set(prof.collectives) == {"all_reduce", "gather", "scatter", "broadcast",
                                      "barrier", "send_recv"}

@@ -92,3 +92,34 @@ def test_cpu_efficiency_is_lost_once_the_threads_fill_the_cores():
                                metadata={**prof.metadata, "cores": 2, "shared_cpu_cores": 2})
     points = measured_cpu_efficiency(prof)
     assert [v for p in points for v in p] == pytest.approx([1.0, 1.0, 2.0, 0.8, 4.0, 0.8])
+
+
+def test_co_runners_measure_what_more_threads_than_cores_cost(tmp_path):
+    """2 ranks x 1 thread on 2 cores, contended 1.1x alone (efficiency 1/1.1 at 2 busy
+    threads); co-runners to 4 busy threads, 2.5x alone (0.8 beyond the 2x of sharing): both
+    points, and the profile keeps the measurement through a save and load."""
+    import dataclasses
+
+    from commsim import profile as P
+    prof = load_default()
+    comp = prof.compute
+    sizes = comp.batch_sizes
+
+    def scaled(factor):
+        return {f"{ph}_s": [factor * comp.time_s(ph, b) for b in sizes]
+                for ph in ("forward", "backward", "optimizer")}
+
+    comp = dataclasses.replace(
+        comp, threads_per_rank=1,
+        contended={"ranks": 2, "batch_sizes": list(sizes), **scaled(1.1)},
+        oversubscribed={"ranks": 2, "busy_threads": 4, "batch_sizes": list(sizes),
+                        **scaled(2.5)})
+    prof = dataclasses.replace(prof, compute=comp,
+                               metadata={**prof.metadata, "cores": 2, "shared_cpu_cores": 2})
+    points = measured_cpu_efficiency(prof)
+    assert [v for p in points for v in p] == pytest.approx([1.0, 1.0, 2.0, 1 / 1.1, 4.0, 0.8])
+    P.save(prof, tmp_path / "p.json")
+    assert P.load(tmp_path / "p.json").compute.oversubscribed == comp.oversubscribed
+    # Without the co-runners' point the 4-thread cost would be the 2-thread one held.
+    alone = dataclasses.replace(prof, compute=dataclasses.replace(comp, oversubscribed=None))
+    assert measured_cpu_efficiency(alone)[-1] == pytest.approx((2.0, 1 / 1.1))

@@ -45,6 +45,11 @@ def register(app: typer.Typer) -> None:
                                                   "16,32,...,512; --quick: 4,8)."),
         timeout: float = typer.Option(900.0, "--timeout", min=1.0,
                                       help="Seconds before the whole run is abandoned."),
+        oversubscribe: Optional[float] = typer.Option(
+            None, "--oversubscribe", min=0.0, metavar="X",
+            help="Also time compute with co-runner processes beside the ranks until each host "
+            "has X times its cores busy, so that predictions for more ranks than cores use a "
+            "measured cost (default 2; --quick: 0 = off)."),
         collective_timeout: float = CollectiveTimeoutOpt,
         cluster_prefix: str = ClusterPrefixOpt,
     ) -> None:
@@ -60,7 +65,7 @@ def register(app: typer.Typer) -> None:
             input_shape=_ints(input_shape, "--input-shape"),
             batch_sizes=_ints(batch_sizes, "--batch-sizes") if batch_sizes else None,
             timeout_s=timeout, collective_timeout_s=collective_timeout,
-            cluster_prefix=cluster_prefix)
+            oversubscribe=oversubscribe, cluster_prefix=cluster_prefix)
         profile = run(opts, progress=sys.stderr)
         if profile is None:  # a torchrun rank other than 0
             return
