@@ -21,6 +21,7 @@ into, ``torch.stack``, ``torch.mean``), several times γ per byte because it cop
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -48,6 +49,10 @@ class ComputeSpec:
     # Past this many seconds per iteration, use ``min_reps`` repetitions (keeps the sweep short).
     slow_iteration_s: float = 2.0
     min_reps: int = 2
+    # Fast sizes get more repetitions, up to ``max_reps``, until they fill this many seconds:
+    # a median of 3 repetitions of ±25% noise is ±10% off, and the smallest sizes cost least.
+    min_measure_s: float = 2.0
+    max_reps: int = 8
 
 
 class ComputeBench:
@@ -96,8 +101,11 @@ class ComputeBench:
 
 
 def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: int,
-                  slow_iteration_s: float = float("inf"), min_reps: int = 1) -> dict:
-    """Raw repetitions for one batch size (a JSON-able sample record)."""
+                  slow_iteration_s: float = float("inf"), min_reps: int = 1,
+                  min_measure_s: float = 0.0, max_reps: int = 0) -> dict:
+    """Raw repetitions for one batch size (a JSON-able sample record): ``reps``, or
+    ``min_reps`` when the last warm-up iteration took over ``slow_iteration_s``, or up to
+    ``max_reps`` when ``reps`` would take under ``min_measure_s``."""
     x, y = bench.batch(batch_size)
     first = 0.0
     for _ in range(warmup):
@@ -105,6 +113,8 @@ def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: in
         first = f + b + o
     if first > slow_iteration_s:
         reps = max(min_reps, 1)
+    elif 0 < first and reps * first < min_measure_s:
+        reps = max(reps, min(max_reps, math.ceil(min_measure_s / first)))
     rows = [bench.iteration(x, y) for _ in range(reps)]
     record = {"batch_size": batch_size, "reps": reps, "warmup": warmup,
               "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],

@@ -210,7 +210,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
             if ("compute", "alone", b) in done:
                 continue
             rec = K.measure_batch(bench, b, warmup=spec.warmup, reps=spec.reps,
-                                  slow_iteration_s=spec.slow_iteration_s, min_reps=spec.min_reps)
+                                  slow_iteration_s=spec.slow_iteration_s, min_reps=spec.min_reps,
+                                  min_measure_s=spec.min_measure_s, max_reps=spec.max_reps)
             keep({"kind": "compute", "mode": "alone", "threads": _threads(), **rec})
             say(f"compute alone   batch {b:4d} ({i + 1}/{len(spec.batch_sizes)}): "
                 f"fwd {_med(rec['forward_s'])} bwd {_med(rec['backward_s'])} "

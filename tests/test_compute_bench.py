@@ -1,0 +1,41 @@
+"""Compute timing: how many repetitions one batch size gets (by hand: iteration times are set
+by a stand-in bench, so the rule is checked exactly)."""
+import pytest
+
+pytest.importorskip("torch")
+
+from commsim.calibrate import compute as K  # noqa: E402
+
+
+class FakeBench:
+    """Every iteration takes ``seconds`` (forward only), and counts itself."""
+    input_shape = (1,)
+
+    def __init__(self, seconds: float):
+        self.seconds, self.calls = seconds, 0
+
+    def batch(self, batch_size):
+        return None, None
+
+    def iteration(self, x, y):
+        self.calls += 1
+        return self.seconds, 0.0, 0.0, [0.0]
+
+
+@pytest.mark.parametrize("seconds, want", [
+    (0.25, 8),     # 3 x 0.25 s < 2 s: ceil(2 / 0.25) = 8 repetitions
+    (0.5, 4),      # ceil(2 / 0.5)
+    (0.1, 8),      # 20 would fill 2 s: capped at max_reps
+    (0.8, 3),      # 3 x 0.8 s already fills 2 s
+    (2.5, 2),      # slower than slow_iteration_s: min_reps
+])
+def test_fast_sizes_get_repetitions_until_they_fill_the_time(seconds, want):
+    bench = FakeBench(seconds)
+    rec = K.measure_batch(bench, 16, warmup=1, reps=3, slow_iteration_s=2.0, min_reps=2,
+                          min_measure_s=2.0, max_reps=8)
+    assert rec["reps"] == len(rec["forward_s"]) == want and bench.calls == want + 1
+
+
+def test_without_a_time_to_fill_the_repetitions_are_as_asked():
+    rec = K.measure_batch(FakeBench(0.01), 16, warmup=1, reps=3)
+    assert rec["reps"] == 3
