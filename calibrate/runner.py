@@ -218,6 +218,7 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                 f"opt {_med(rec['optimizer_s'])}")
 
     # b. contended: all co-located ranks at once
+    contended_reps = int(config.get("contended_reps", CONTENDED_REPS))
     if colocated > 1:
         # Every other batch size: contention scales the times by a near-constant factor, and
         # this phase is the slowest of a run on shared cores.
@@ -226,10 +227,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                 continue
             dist.barrier()
             # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
-            with heartbeat(beat_group, beat_s):
-                rec = K.measure_batch(bench, b, warmup=1,
-                                      reps=int(config.get("contended_reps",
-                                                          CONTENDED_REPS)))
+            with heartbeat(beat_group, beat_s) as beat:
+                rec = measure_together(bench, b, contended_reps, beat)
             per_rank: list[Any] = [None] * world_size
             dist.all_gather_object(per_rank, rec)
             # Every rank's repetitions pooled (their median is the table's entry).  Taking the
@@ -263,9 +262,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                 for r in runners:
                     r.set_batch(b)
             dist.barrier()
-            with heartbeat(beat_group, beat_s):
-                rec = K.measure_batch(bench, b, warmup=1,
-                                      reps=int(config.get("contended_reps", CONTENDED_REPS)))
+            with heartbeat(beat_group, beat_s) as beat:
+                rec = measure_together(bench, b, contended_reps, beat)
             per_rank = [None] * world_size
             dist.all_gather_object(per_rank, rec)
             merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
@@ -323,7 +321,7 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
 
 
 @contextlib.contextmanager
-def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterator[None]:
+def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterator[Beat]:
     """Run the block on every rank of ``group``, however long each rank takes, without ever
     waiting longer than the group's (short) timeout for a message.
 
@@ -334,10 +332,11 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
     import torch
     import torch.distributed as dist
 
+    finished, everyone = threading.Event(), threading.Event()
     if dist.get_world_size(group) < 2:
-        yield
+        everyone.set()
+        yield Beat(finished, everyone)
         return
-    finished = threading.Event()
     # Several beats per timeout, so a rank waiting on a slow peer's sleep never times out.
     period = min(period_s, timeout_s / 4)
 
@@ -347,6 +346,7 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
                 flag = torch.tensor([1 if finished.is_set() else 0], dtype=torch.int32)
                 dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
                 if int(flag) == 1:
+                    everyone.set()
                     return
                 finished.wait(period)  # wakes at once when this rank's block ends
         except BaseException as exc:  # noqa: BLE001 - any failure ends this rank
@@ -362,10 +362,38 @@ def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterato
     thread = threading.Thread(target=beat, name="commsim-heartbeat", daemon=True)
     thread.start()
     try:
-        yield
+        yield Beat(finished, everyone)
     finally:
         finished.set()
         thread.join()
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a ``heartbeat`` block sees: ``finish()`` says this rank's part is done before the
+    block ends; ``everyone_finished()`` whether every rank has said so (within a period)."""
+    _finished: threading.Event
+    _everyone: threading.Event
+
+    def finish(self) -> None:
+        self._finished.set()
+
+    def everyone_finished(self) -> bool:
+        return self._everyone.is_set()
+
+
+def measure_together(bench: K.ComputeBench, batch_size: int, reps: int, beat: Beat) -> dict:
+    """Time ``reps`` iterations of ``batch_size`` while every rank computes: a rank done with
+    its own keeps computing, untimed, until every rank is done.  Why: ranks drift apart by
+    whole iterations, and a slow rank's last repetitions then ran on cores the others had left
+    (a 4-rank calibration timed batch 64 at 1.35-1.7 s in some repetitions, below twice its
+    0.95 s alone on 2 cores, where live 4-rank training computed it in 2.66 s)."""
+    rec = K.measure_batch(bench, batch_size, warmup=1, reps=reps)
+    beat.finish()
+    x, y = bench.batch(batch_size)
+    while not beat.everyone_finished():
+        bench.iteration(x, y)
+    return rec
 
 
 def _threads() -> int:

@@ -39,3 +39,24 @@ def test_fast_sizes_get_repetitions_until_they_fill_the_time(seconds, want):
 def test_without_a_time_to_fill_the_repetitions_are_as_asked():
     rec = K.measure_batch(FakeBench(0.01), 16, warmup=1, reps=3)
     assert rec["reps"] == 3
+
+
+def test_a_rank_done_first_keeps_computing_until_every_rank_is_done():
+    """measure_together: 1 warm-up and 3 timed iterations, then untimed ones until the
+    heartbeat says every rank has finished (here: after 5 more)."""
+    import threading
+
+    from commsim.calibrate.runner import Beat, measure_together
+
+    finished, everyone = threading.Event(), threading.Event()
+    bench = FakeBench(0.01)
+    real = bench.iteration
+
+    def iteration(x, y):
+        if finished.is_set() and bench.calls == 1 + 3 + 4:
+            everyone.set()          # the slowest rank finishes during the 5th extra iteration
+        return real(x, y)
+
+    bench.iteration = iteration
+    rec = measure_together(bench, 16, 3, Beat(finished, everyone))
+    assert rec["reps"] == 3 and finished.is_set() and bench.calls == 1 + 3 + 5
