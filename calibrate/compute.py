@@ -21,7 +21,6 @@ into, ``torch.stack``, ``torch.mean``), several times γ per byte because it cop
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -104,8 +103,8 @@ def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: in
                   slow_iteration_s: float = float("inf"), min_reps: int = 1,
                   min_measure_s: float = 0.0, max_reps: int = 0) -> dict:
     """Raw repetitions for one batch size (a JSON-able sample record): ``reps``, or
-    ``min_reps`` when the last warm-up iteration took over ``slow_iteration_s``, or up to
-    ``max_reps`` when ``reps`` would take under ``min_measure_s``."""
+    ``min_reps`` when the last warm-up iteration took over ``slow_iteration_s``; then more, up
+    to ``max_reps``, while the repetitions so far add up to less than ``min_measure_s``."""
     x, y = bench.batch(batch_size)
     first = 0.0
     for _ in range(warmup):
@@ -113,9 +112,11 @@ def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: in
         first = f + b + o
     if first > slow_iteration_s:
         reps = max(min_reps, 1)
-    elif 0 < first and reps * first < min_measure_s:
-        reps = max(reps, min(max_reps, math.ceil(min_measure_s / first)))
-    rows = [bench.iteration(x, y) for _ in range(reps)]
+    rows, spent = [], 0.0
+    while len(rows) < reps or (spent < min_measure_s and len(rows) < max_reps):
+        rows.append(bench.iteration(x, y))
+        spent += sum(rows[-1][:3])
+    reps = len(rows)
     record = {"batch_size": batch_size, "reps": reps, "warmup": warmup,
               "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],
               "optimizer_s": [r[2] for r in rows],
