@@ -20,7 +20,8 @@ synthetic CIFAR-10-shaped data, global batch 256.  Steps:
    aggregation, ring with groups of 2, DDP with the fp16 hook) on the fastest link at the
    largest node count, held to the same targets;
 4. print the tables and the median / 90th percentile / max absolute error, and write
-   ``reports/fidelity/fidelity.json`` and ``reports/fidelity/fidelity.md``.
+   ``reports/fidelity/fidelity.json`` and ``reports/fidelity/fidelity.md``; every live run's
+   whole result (each rank's phases and iteration times) goes to ``live.jsonl`` beside them.
 
 ``--repredict DIR`` measures nothing: it re-fits DIR's calibrations from their raw samples and
 predicts DIR's live cells again with the current model (how a model change is checked against
@@ -91,6 +92,9 @@ def noise_floor(measured: dict) -> list[dict]:
     return rows
 
 
+LIVE_LOG = "live.jsonl"
+
+
 def measure(cells, rate: float, profile, measured: dict, args, say) -> None:
     """Every (grid, strategy, nodes) cell of one rate, live, in ``args.passes`` passes of
     alternating order; each pass times at least ``args.iterations`` iterations and, by the
@@ -105,8 +109,12 @@ def measure(cells, rate: float, profile, measured: dict, args, say) -> None:
             say(f"live pass {p + 1}/{args.passes}: {strategy} {g.variant} on {n} nodes at "
                 f"{rate_name(rate)}, {its} iterations")
             cfg = LiveConfig(**dataclasses.replace(g, iterations=its).live_kwargs(strategy))
-            runs.setdefault((strategy, n, rate, g.variant), []).append(
-                run_live(cfg, nodes=n, emulate=emulate, timeout_s=1200))
+            result = run_live(cfg, nodes=n, emulate=emulate, timeout_s=1200)
+            runs.setdefault((strategy, n, rate, g.variant), []).append(result)
+            # Every rank's phases and iterations, for questions the tables do not answer.
+            with open(Path(args.out) / LIVE_LOG, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"pass": p + 1, "rate_Bps": rate, "variant": g.variant,
+                                     **result}) + "\n")
     for key, passes in runs.items():
         measured[key] = combine(passes)
 
@@ -214,6 +222,7 @@ def main(argv=None) -> int:
     else:
         profiles, calibrations, measured = {}, [], {}
         cluster_for_rate = lambda rate, n: cluster.up(n, rate)  # noqa: E731
+        (out / LIVE_LOG).unlink(missing_ok=True)   # this run's cells only (like fidelity.json)
         # Each link rate is a different cluster: calibrate it once, right before its cells, at
         # the largest node count (main) and at 2 nodes (extrapolation), then measure its cells.
         for rate in rates:
