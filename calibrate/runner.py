@@ -217,29 +217,33 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                 f"fwd {_med(rec['forward_s'])} bwd {_med(rec['backward_s'])} "
                 f"opt {_med(rec['optimizer_s'])}")
 
-    # b. contended: all co-located ranks at once
     contended_reps = int(config.get("contended_reps", CONTENDED_REPS))
+
+    def all_ranks(b: int, mode: str, **fields) -> dict:
+        """Every rank times batch ``b`` at once (``measure_together``); the record pools their
+        repetitions (its median is the table's entry) and keeps each rank's.  Taking the
+        slowest rank per repetition instead over-predicted 4-node compute by 15-35%
+        (bench/fidelity): one slow repetition of one rank set the whole entry."""
+        dist.barrier()
+        # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
+        with heartbeat(beat_group, beat_s) as beat:
+            rec = measure_together(bench, b, contended_reps, beat)
+        per_rank: list[Any] = [None] * world_size
+        dist.all_gather_object(per_rank, rec)
+        merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]] for ph in K.PHASES}
+        keep({"kind": "compute", "mode": mode, "batch_size": b, **fields,
+              "threads": _threads(), **merged,
+              "per_rank": {f"{ph}_s": [r[f"{ph}_s"] for r in per_rank] for ph in K.PHASES}})
+        return merged
+
+    # b. contended: all co-located ranks at once
     if colocated > 1:
         # Every other batch size: contention scales the times by a near-constant factor, and
         # this phase is the slowest of a run on shared cores.
         for i, b in enumerate(spec.batch_sizes[::2]):
             if ("compute", "contended", b) in done:
                 continue
-            dist.barrier()
-            # A slower rank may take longer than a collective's timeout: heartbeat meanwhile.
-            with heartbeat(beat_group, beat_s) as beat:
-                rec = measure_together(bench, b, contended_reps, beat)
-            per_rank: list[Any] = [None] * world_size
-            dist.all_gather_object(per_rank, rec)
-            # Every rank's repetitions pooled (their median is the table's entry).  Taking the
-            # slowest rank per repetition instead over-predicted 4-node compute by 15-35%
-            # (bench/fidelity): one slow repetition of one rank set the whole entry.
-            merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
-                      for ph in K.PHASES}
-            keep({"kind": "compute", "mode": "contended", "batch_size": b, "ranks": colocated,
-                  "threads": _threads(), **merged,
-                  "per_rank": {f"{ph}_s": [r[f"{ph}_s"] for r in per_rank]
-                               for ph in K.PHASES}})
+            merged = all_ranks(b, "contended", ranks=colocated)
             say(f"compute {colocated} ranks batch {b:4d} ({i + 1}/{len(spec.batch_sizes[::2])}): "
                 f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
 
@@ -261,21 +265,13 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                                                  _threads()) for _ in range(helpers)]
                 for r in runners:
                     r.set_batch(b)
-            dist.barrier()
-            with heartbeat(beat_group, beat_s) as beat:
-                rec = measure_together(bench, b, contended_reps, beat)
-            per_rank = [None] * world_size
-            dist.all_gather_object(per_rank, rec)
-            merged = {f"{ph}_s": [x for r in per_rank for x in r[f"{ph}_s"]]
-                      for ph in K.PHASES}
-            keep({"kind": "compute", "mode": "oversubscribed", "batch_size": b,
-                  "ranks": colocated, "busy_threads": busy, "threads": _threads(), **merged})
+            merged = all_ranks(b, "oversubscribed", ranks=colocated, busy_threads=busy)
             say(f"compute {busy} busy threads batch {b:4d} ({i + 1}/{len(todo)}): "
                 f"fwd {_med(merged['forward_s'])} bwd {_med(merged['backward_s'])}")
     finally:
         for r in runners:
             r.close()
-    del bench
+    bench = None  # the model and its activations: freed before the collectives
 
     # c. local reduction cost
     with heartbeat(beat_group, beat_s):
