@@ -60,3 +60,22 @@ def test_a_rank_done_first_keeps_computing_until_every_rank_is_done():
     bench.iteration = iteration
     rec = measure_together(bench, 16, 3, Beat(finished, everyone))
     assert rec["reps"] == 3 and finished.is_set() and bench.calls == 1 + 3 + 5
+
+
+def test_the_contended_table_is_the_slowest_ranks():
+    """Rank 1 is slower by median (1.2 s vs 1.0 s an iteration) though rank 0 has the slowest
+    single repetition: rank 1's repetitions stand for the record; without per-rank data the
+    pooled ones do."""
+    from commsim.calibrate.runner import slowest_rank
+
+    per_rank = {"forward_s": [[0.5, 0.5, 1.5], [0.6, 0.6, 0.6]],
+                "backward_s": [[0.4, 0.4, 0.4], [0.5, 0.5, 0.5]],
+                "optimizer_s": [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]}
+    pooled = {k: [x for r in v for x in r] for k, v in per_rank.items()}
+    rec = {"kind": "compute", "mode": "contended", "batch_size": 16, **pooled,
+           "per_rank": per_rank}
+    slow = slowest_rank(rec)
+    assert slow["forward_s"] == [0.6, 0.6, 0.6] and slow["backward_s"] == [0.5, 0.5, 0.5]
+    assert slow["per_rank"] is per_rank and rec["forward_s"] == pooled["forward_s"]
+    bare = {k: v for k, v in rec.items() if k != "per_rank"}
+    assert slowest_rank(bare) == bare
