@@ -447,24 +447,23 @@ def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[
     compute_fits = {"alone": F.fit_compute(alone, phases)}
     table = F.smooth_compute(table, compute_fits["alone"])
     threads = int(alone[0].get("threads", 1))
-    cont = None
-    if contended:
-        slow = [slowest_rank(r) for r in contended]
-        compute_fits["contended"] = F.fit_compute(slow, K.PHASES)
-        ct = F.smooth_compute(K.summarize(slow), compute_fits["contended"])
-        cont = {"ranks": contended[0]["ranks"], "batch_sizes": ct["batch_sizes"],
-                **{f"{ph}_s": ct[f"{ph}_s"] for ph in K.PHASES}}
-    over = None
-    if oversubscribed:
-        slow = [slowest_rank(r) for r in oversubscribed]
-        compute_fits["oversubscribed"] = F.fit_compute(slow, K.PHASES)
-        ot = F.smooth_compute(K.summarize(slow), compute_fits["oversubscribed"])
-        over = {"ranks": oversubscribed[0]["ranks"],
-                "busy_threads": oversubscribed[0]["busy_threads"],
-                "batch_sizes": ot["batch_sizes"], **{f"{ph}_s": ot[f"{ph}_s"] for ph in K.PHASES}}
+
+    def loaded(mode: str, records: list[dict], *keys: str) -> dict | None:
+        """The table of every rank computing at once (``mode``): the slowest rank's
+        repetitions, fitted across batch sizes like the alone table; ``keys`` copied over."""
+        if not records:
+            return None
+        slow = [slowest_rank(r) for r in records]
+        compute_fits[mode] = F.fit_compute(slow, K.PHASES)
+        t = F.smooth_compute(K.summarize(slow), compute_fits[mode])
+        return {**{k: records[0][k] for k in keys}, "batch_sizes": t["batch_sizes"],
+                **{f"{ph}_s": t[f"{ph}_s"] for ph in K.PHASES}}
+
     compute = ComputeTable(threads_per_rank=threads, batch_sizes=tuple(table["batch_sizes"]),
                            **{k: tuple(v) for k, v in table.items() if k != "batch_sizes"},
-                           contended=cont, oversubscribed=over)
+                           contended=loaded("contended", contended, "ranks"),
+                           oversubscribed=loaded("oversubscribed", oversubscribed, "ranks",
+                                                 "busy_threads"))
     ready = min(alone, key=lambda r: (abs(r["batch_size"] - GRAD_READY_BATCH), r["batch_size"]))
     by_op = {op: [r for r in colls if r["op"] == op] for op in C.OPS}
     if len({r["bytes"] for r in by_op["send_recv"]}) < 2:
