@@ -1,17 +1,20 @@
 """Compute calibration: forward, backward and SGD step times per batch size, and when each
 parameter's gradient becomes ready during backward.
 
-For one batch size (``measure_batch``):
+A sweep of batch sizes (``interleaved``):
 1. build inputs of the model's input shape and labels in range of its output width;
-2. ``warmup`` untimed iterations (allocator, thread pool, first-touch), then ``reps`` timed
-   ones, each split into forward (+ loss), backward and ``optimizer.step()`` (SGD, lr 0.1,
+2. ``warmup`` untimed iterations of each size (allocator, thread pool, first-touch), then timed
+   ones in interleaved rounds (every size once a round, as many rounds as it has repetitions),
+   each split into forward (+ loss), backward and ``optimizer.step()`` (SGD, lr 0.1,
    momentum 0.9, weight decay 1e-4: the CS744 base script's optimiser);
 3. during every backward a post-accumulate-grad hook on each parameter stamps the time its
    gradient is ready; stamps become fractions 0..1 of that backward's duration (registration
    order), the shape DDP's bucketing overlaps communication with.
-For CIFAR-shaped models ``measure_batch`` also times loading one batch the way ``commsim live``
-does (DataLoader over the CIFAR dataset with crop/flip augmentation, in the training process):
-the ``data`` phase, which a live iteration spends before its forward.
+``merge_rounds`` makes one record per size of the rounds' records; ``measure_batch`` times one
+size back to back (every rank at once: ``runner.measure_together``).
+For CIFAR-shaped models the calibration also times loading one batch the way ``commsim live``
+does (``measure_data``: DataLoader over the CIFAR dataset with crop/flip augmentation, in the
+training process): the ``data`` phase, which a live iteration spends before its forward.
 ``summarize`` turns the repetitions into medians and inter-quartile ranges (``fit.fit_compute``
 then smooths them across batch sizes).
 ``measure_reduction`` times ``a.add_(b)`` on one thread (Gloo reduces on one thread) over
@@ -21,9 +24,10 @@ into, ``torch.stack``, ``torch.mean``), several times γ per byte because it cop
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -99,31 +103,90 @@ class ComputeBench:
         return x, y
 
 
-def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: int,
-                  slow_iteration_s: float = float("inf"), min_reps: int = 1,
-                  min_measure_s: float = 0.0, max_reps: int = 0) -> dict:
-    """Raw repetitions for one batch size (a JSON-able sample record): ``reps``, or
-    ``min_reps`` when the last warm-up iteration took over ``slow_iteration_s``; then more, up
-    to ``max_reps``, while the repetitions so far add up to less than ``min_measure_s``."""
-    x, y = bench.batch(batch_size)
-    first = 0.0
-    for _ in range(warmup):
-        f, b, o, _ = bench.iteration(x, y)
-        first = f + b + o
-    if first > slow_iteration_s:
-        reps = max(min_reps, 1)
-    rows, spent = [], 0.0
-    while len(rows) < reps or (spent < min_measure_s and len(rows) < max_reps):
-        rows.append(bench.iteration(x, y))
-        spent += sum(rows[-1][:3])
-    reps = len(rows)
-    record = {"batch_size": batch_size, "reps": reps, "warmup": warmup,
-              "forward_s": [r[0] for r in rows], "backward_s": [r[1] for r in rows],
-              "optimizer_s": [r[2] for r in rows],
-              "grad_ready": np.median(np.stack([r[3] for r in rows]), axis=0).round(5).tolist()}
-    if bench.input_shape == CIFAR_SHAPE:
-        record["data_s"] = measure_data(batch_size, reps=max(reps, 3))
-    return record
+def planned_reps(first_s: float, spec: "ComputeSpec") -> int:
+    """Timed repetitions for a size whose last warm-up iteration took ``first_s``: ``reps``,
+    or ``min_reps`` past ``slow_iteration_s``; fast sizes more, up to ``max_reps``, so that
+    they fill ``min_measure_s``."""
+    if first_s > spec.slow_iteration_s:
+        return max(spec.min_reps, 1)
+    if spec.min_measure_s > 0 and first_s > 0:
+        return max(spec.reps, min(spec.max_reps, math.ceil(spec.min_measure_s / first_s)))
+    return spec.reps
+
+
+def round_slots(reps: int, rounds: int) -> set[int]:
+    """The rounds (0..rounds-1) in which a size with ``reps`` repetitions runs: spread evenly,
+    so that each size's repetitions span the whole sweep."""
+    return {i * rounds // reps for i in range(reps)}
+
+
+def interleaved(bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None, *,
+                done: frozenset = frozenset()) -> Iterator[dict]:
+    """Time every batch size in interleaved rounds; yields one record per (size, round).
+
+    Why: the machine's speed drifts by 10-30% within a minute here (a 4-node calibration timed
+    batch 256 at 15.3 ms a sample and batch 512, half a minute later, at 20 ms, each within 1%
+    over its repetitions), and a sweep that times one size after the other turns that drift
+    into a batch-size curve no smooth fit follows.  In rounds, every size sees the same drift.
+    1. ``warmup`` untimed iterations of each size; the last one plans its repetitions
+       (``planned_reps``);
+    2. rounds 0..R-1 (R the most repetitions planned): each size runs one timed iteration in
+       the rounds ``round_slots`` gives it, skipping (size, round) pairs in ``done`` (resume).
+    """
+    sizes = tuple(spec.batch_sizes if batch_sizes is None else batch_sizes)
+    inputs = {b: bench.batch(b) for b in sizes}
+    planned = {}
+    for b in sizes:
+        first = 0.0
+        for _ in range(spec.warmup):
+            f, bw, o, _ = bench.iteration(*inputs[b])
+            first = f + bw + o
+        planned[b] = planned_reps(first, spec)
+    rounds = max(planned.values(), default=0)
+    slots = {b: round_slots(n, rounds) for b, n in planned.items()}
+    for r in range(rounds):
+        for b in sizes:
+            if r in slots[b] and (b, r) not in done:
+                f, bw, o, fractions = bench.iteration(*inputs[b])
+                yield {"batch_size": b, "round": r, "of": planned[b], "warmup": spec.warmup,
+                       "forward_s": [f], "backward_s": [bw], "optimizer_s": [o],
+                       "grad_ready": np.asarray(fractions).round(5).tolist()}
+
+
+def merge_rounds(records: list[dict]) -> list[dict]:
+    """Per-round records (``interleaved``) and each size's ``data`` record -> one record per
+    batch size (repetitions in round order, the median gradient-ready fractions, ``rounds``);
+    records of one size measured back to back pass through."""
+    rounds: dict[int, list[dict]] = {}
+    data: dict[int, list[float]] = {}
+    out = []
+    for r in records:
+        if "round" in r:
+            rounds.setdefault(r["batch_size"], []).append(r)
+        elif r.get("mode") == "data":
+            data[r["batch_size"]] = r["data_s"]
+        else:
+            out.append(r)
+    for b, rs in sorted(rounds.items()):
+        rs = sorted(rs, key=lambda r: r["round"])
+        merged = {k: v for k, v in rs[0].items() if k not in ("round", "of")}
+        merged.update({"reps": len(rs), "rounds": [r["round"] for r in rs],
+                       **{f"{ph}_s": [x for r in rs for x in r[f"{ph}_s"]] for ph in PHASES},
+                       "grad_ready": np.median(np.asarray([r["grad_ready"] for r in rs]),
+                                               axis=0).round(5).tolist()})
+        if b in data:
+            merged["data_s"] = data[b]
+        out.append(merged)
+    return sorted(out, key=lambda r: r["batch_size"])
+
+
+def measure_batch(bench: ComputeBench, batch_size: int, *, warmup: int, reps: int) -> dict:
+    """``warmup`` untimed, then ``reps`` timed iterations of one size, back to back (a
+    JSON-able sample record)."""
+    spec = ComputeSpec(model="", input_shape=bench.input_shape, batch_sizes=(batch_size,),
+                       warmup=warmup, reps=reps, slow_iteration_s=float("inf"),
+                       min_measure_s=0.0)
+    return merge_rounds(list(interleaved(bench, spec)))[0]
 
 
 def measure_data(batch_size: int, reps: int) -> list[float]:

@@ -155,7 +155,9 @@ def open_samples(opts: CalibrateOptions, world_size: int) -> list[dict]:
 def _key(record: dict) -> tuple:
     kind = record["kind"]
     if kind == "compute":
-        return (kind, record["mode"], record["batch_size"])
+        # The alone sweep saves a record per (size, round): resume skips those rounds.
+        rnd = (record["round"],) if "round" in record else ()
+        return (kind, record["mode"], record["batch_size"], *rnd)
     if kind == "collective":
         return (kind, record["op"], record["bytes"])
     if kind == "contention":
@@ -205,18 +207,22 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     spec = K.ComputeSpec(model=config["model"], input_shape=tuple(config["input_shape"]),
                          batch_sizes=tuple(config["batch_sizes"]), **config.get("compute", {}))
 
-    # a. alone
+    # a. alone, the sizes in interleaved rounds (``compute.interleaved``)
     with heartbeat(beat_group, beat_s):
-        for i, b in enumerate(spec.batch_sizes if rank == 0 or colocated == 1 else ()):
-            if ("compute", "alone", b) in done:
-                continue
-            rec = K.measure_batch(bench, b, warmup=spec.warmup, reps=spec.reps,
-                                  slow_iteration_s=spec.slow_iteration_s, min_reps=spec.min_reps,
-                                  min_measure_s=spec.min_measure_s, max_reps=spec.max_reps)
+        swept = {k[2] for k in done if k[:2] == ("compute", "alone") and len(k) == 3}
+        todo = [b for b in spec.batch_sizes if b not in swept]
+        measuring = bool(todo) and (rank == 0 or colocated == 1)
+        rounds_done = frozenset(k[2:] for k in done if k[:2] == ("compute", "alone")
+                                and len(k) == 4)
+        for rec in K.interleaved(bench, spec, todo, done=rounds_done) if measuring else ():
             keep({"kind": "compute", "mode": "alone", "threads": _threads(), **rec})
-            say(f"compute alone   batch {b:4d} ({i + 1}/{len(spec.batch_sizes)}): "
-                f"fwd {_med(rec['forward_s'])} bwd {_med(rec['backward_s'])} "
-                f"opt {_med(rec['optimizer_s'])}")
+            total = rec["forward_s"][0] + rec["backward_s"][0] + rec["optimizer_s"][0]
+            say(f"compute alone   batch {rec['batch_size']:4d} (round {rec['round'] + 1}, "
+                f"{rec['of']} for this size): {total:.3f} s")
+        for b in todo if measuring and tuple(config["input_shape"]) == K.CIFAR_SHAPE else ():
+            if ("compute", "data", b) not in done:
+                keep({"kind": "compute", "mode": "data", "batch_size": b,
+                      "data_s": K.measure_data(b, reps=3)})
 
     contended_reps = int(config.get("contended_reps", CONTENDED_REPS))
 
@@ -433,7 +439,8 @@ def slowest_rank(record: dict) -> dict:
 def profile_from_records(records: list[dict], *, model: str, input_shape: tuple[int, ...],
                          world_size: int, metadata: dict) -> Profile:
     """Fit everything measured and build the profile (raw records kept under ``samples``)."""
-    alone = [r for r in records if r["kind"] == "compute" and r["mode"] == "alone"]
+    alone = K.merge_rounds([r for r in records
+                            if r["kind"] == "compute" and r["mode"] in ("alone", "data")])
     contended = [r for r in records if r["kind"] == "compute" and r["mode"] == "contended"]
     oversubscribed = [r for r in records
                       if r["kind"] == "compute" and r["mode"] == "oversubscribed"]

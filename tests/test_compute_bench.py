@@ -8,18 +8,27 @@ from commsim.calibrate import compute as K  # noqa: E402
 
 
 class FakeBench:
-    """Every iteration takes ``seconds`` (forward only), and counts itself."""
+    """Every iteration takes ``seconds`` (forward only; per batch size when a dict), and logs
+    which size it ran."""
     input_shape = (1,)
 
-    def __init__(self, seconds: float):
-        self.seconds, self.calls = seconds, 0
+    def __init__(self, seconds):
+        self.seconds, self.calls, self.log = seconds, 0, []
 
     def batch(self, batch_size):
-        return None, None
+        return batch_size, None
 
     def iteration(self, x, y):
         self.calls += 1
-        return self.seconds, 0.0, 0.0, [0.0]
+        self.log.append(x)
+        s = self.seconds[x] if isinstance(self.seconds, dict) else self.seconds
+        return s, 0.0, 0.0, [0.0]
+
+
+def spec(sizes=(16,), **kw):
+    return K.ComputeSpec(model="", input_shape=(1,), batch_sizes=sizes, **{
+        "warmup": 1, "reps": 3, "slow_iteration_s": 2.0, "min_reps": 2, "min_measure_s": 2.0,
+        "max_reps": 8, **kw})
 
 
 @pytest.mark.parametrize("seconds, want", [
@@ -31,14 +40,46 @@ class FakeBench:
 ])
 def test_fast_sizes_get_repetitions_until_they_fill_the_time(seconds, want):
     bench = FakeBench(seconds)
-    rec = K.measure_batch(bench, 16, warmup=1, reps=3, slow_iteration_s=2.0, min_reps=2,
-                          min_measure_s=2.0, max_reps=8)
+    rec, = K.merge_rounds(list(K.interleaved(bench, spec())))
     assert rec["reps"] == len(rec["forward_s"]) == want and bench.calls == want + 1
 
 
 def test_without_a_time_to_fill_the_repetitions_are_as_asked():
     rec = K.measure_batch(FakeBench(0.01), 16, warmup=1, reps=3)
-    assert rec["reps"] == 3
+    assert rec["reps"] == 3 and rec["forward_s"] == [0.01] * 3
+    assert K.measure_batch(FakeBench(5.0), 16, warmup=1, reps=3)["reps"] == 3
+
+
+def test_sizes_are_timed_in_interleaved_rounds():
+    """Sizes of 0.25 s (8 repetitions), 0.5 s (4) and 2.5 s (2): warm-ups first, then 8 rounds;
+    each size's repetitions spread evenly over them (4: rounds 0, 2, 4, 6; 2: rounds 0, 4)."""
+    bench = FakeBench({16: 0.25, 32: 0.5, 64: 2.5})
+    recs = list(K.interleaved(bench, spec((16, 32, 64))))
+    assert bench.log == [16, 32, 64,  16, 32, 64,  16,  16, 32,  16,  16, 32, 64,  16,  16, 32,
+                         16]
+    assert [r["round"] for r in recs if r["batch_size"] == 32] == [0, 2, 4, 6]
+    merged = {r["batch_size"]: r for r in K.merge_rounds(recs)}
+    assert {b: r["reps"] for b, r in merged.items()} == {16: 8, 32: 4, 64: 2}
+    assert merged[64]["rounds"] == [0, 4] and merged[32]["forward_s"] == [0.5] * 4
+
+
+def test_resume_skips_the_rounds_already_saved():
+    bench = FakeBench({16: 0.25, 64: 2.5})
+    recs = list(K.interleaved(bench, spec((16, 64)), done=frozenset({(16, 0), (64, 0)})))
+    assert [(r["batch_size"], r["round"]) for r in recs] == [
+        (16, 1), (16, 2), (16, 3), (16, 4), (64, 4), (16, 5), (16, 6), (16, 7)]
+
+
+def test_merge_keeps_back_to_back_records_and_adds_the_data_phase():
+    bench = FakeBench(0.25)
+    recs = [{"kind": "compute", "mode": "alone", "threads": 1, **r}
+            for r in K.interleaved(bench, spec())]
+    old = {"kind": "compute", "mode": "alone", "batch_size": 8, "reps": 1, "forward_s": [1.0]}
+    data = {"kind": "compute", "mode": "data", "batch_size": 16, "data_s": [0.1, 0.2, 0.3]}
+    merged = K.merge_rounds([*recs, old, data])
+    assert merged[0] is old and merged[1]["data_s"] == [0.1, 0.2, 0.3]
+    assert merged[1]["mode"] == "alone" and "round" not in merged[1]
+    assert K.merge_rounds(merged) == merged          # a saved profile's samples re-fit as they are
 
 
 def test_a_rank_done_first_keeps_computing_until_every_rank_is_done():

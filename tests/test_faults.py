@@ -245,7 +245,7 @@ def _calibrate_args(out: Path, emulate: bool, batches: str = "2,4") -> list[str]
 
 def _sample_key(line: str) -> tuple:
     rec = json.loads(line)
-    return tuple(rec.get(k) for k in ("kind", "mode", "batch_size", "op", "bytes"))
+    return tuple(rec.get(k) for k in ("kind", "mode", "batch_size", "round", "op", "bytes"))
 
 
 def calibrate_fault_then_resume(tmp_path: Path, scenario: str, *, emulate: bool,
