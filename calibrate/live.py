@@ -617,6 +617,9 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         "iteration_s": iteration["median"], "iteration_s_mean": iteration["mean"],
         "iteration_s_spread": iteration["spread"],
         "iterations_s": [c["iteration_s"] for c in timed],
+        # Every timed iteration's phases: synchronous training waits each iteration for the
+        # slowest rank of that iteration, which the per-rank medians do not show.
+        "per_iteration": {key: [c[key] for c in timed] for key in phase},
         "phases": phase, "loss": losses, "train_samples": len(train_set),
         "lr_schedule": schedule.to_dict(len(cycles)),
     }

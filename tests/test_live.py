@@ -116,6 +116,9 @@ def test_single_result_fields_and_timing():
     r = live.live_worker(0, 1, _cfg(strategy="single", model="commsim.calibrate.live:small_cnn",
                                     global_batch=8))
     assert len(r["loss"]) == 4 and len(r["iterations_s"]) == 3  # first iteration discarded
+    per = r["per_iteration"]
+    assert per["iteration_s"] == r["iterations_s"] and len(per["backward_s"]) == 3
+    assert r["phases"]["forward_s"]["max"] == max(per["forward_s"])
     assert r["comm_s"] == 0 or r["comm_s"] < 1e-3
     assert r["iteration_s"] >= r["compute_s"] > 0
     assert r["bytes_sent_per_rank"] is None and "loopback" in r["bytes_note"]
