@@ -34,11 +34,10 @@ def measured_cells(path: Path) -> dict:
             for r in data["main"]["rows"]}
 
 
-def _task_trends(prof) -> str:
-    """What the speedups of the tasks' table show, said from its numbers (the seed report:
-    gather/scatter stops improving, all-reduce keeps improving, DDP is best)."""
-    speed = {s: {n: predict(prof, s, n).speedup for n in (2, 3, 4)}
-             for s in ("ps", "ring", "ddp")}
+def _task_trends(speed: dict) -> str:
+    """What the speedups of the tasks' table ({strategy: {nodes: speedup}}) show, said from its
+    numbers (the seed report: gather/scatter stops improving, all-reduce keeps improving, DDP is
+    best)."""
     parts = []
     for s, name in (("ps", "gather/scatter"), ("ring", "all-reduce"), ("ddp", "DDP")):
         best = max(speed[s], key=speed[s].get)
@@ -71,10 +70,11 @@ def main(argv=None) -> int:
     # 1. Tasks 1-3 at 1-4 nodes (report 000, Table 1 and Figures 2-4)
     md += ["## Time per iteration and speedup of the four tasks, 1-4 nodes (global batch 256)",
            ""]
-    rows = []
+    rows, speed = [], {}
     for label, strategy in TASKS:
         for n in ((1,) if strategy == "single" else (2, 3, 4)):
             r = predict(prof, strategy, n)
+            speed.setdefault(strategy, {})[n] = r.speedup
             m = measured.get((strategy, n, 1000))
             rows.append([label, n, fmt_time(r.iteration_s), f"{r.speedup:.2f}",
                          fmt_time(m["predicted_s"]) if m else "-",
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
            "one. *Emulated*: the same prediction for the cluster `bench/fidelity` really ran "
            "(every rank on this machine's 2 shared cores, 1 Gbit/s links), its live median, and "
            "the error of that prediction (see `reports/fidelity/fidelity.md`).", "",
-           _task_trends(prof), ""]
+           _task_trends({s: speed[s] for s in ("ps", "ring", "ddp")}), ""]
 
     # 2. Lab Q1: batch size vs epoch time on one worker
     md += ["## Batch size vs time per epoch on one worker (lab question 1)", ""]
