@@ -10,7 +10,10 @@ Steps (needs root for the emulated runs; prints every figure with its target):
    the runs other than step 2's time only batch sizes 16 and 32 (their collectives matter
    here; ``--quick`` would also cut the collective sweep at 256 KiB, below full rate);
 4. compute-fit reproduction: the table (fwd+bwd+opt) against the calibration's own median at each
-   measured batch size                                                  (target < 5%);
+   measured batch size                                                  (target < 5%),
+   with how much the repetitions varied and what that noise alone gives a table that is
+   exactly right (repetitions drawn around the table, fitted the same way: median and 90th
+   percentile of the worst size's miss, with the calibration's repetitions and with 3, 8, 20);
    held out: re-time the sizes halfway between measured ones, interleaved with the measured ones
    (one repetition of each per round, 5 rounds), and compare with ``ComputeTable.time_s``, raw and
    after the speed drift since calibrating that the measured neighbours show.
@@ -18,7 +21,6 @@ Usage: python bench/calibrate.py [--skip-emulated] [--profile P (step 4 only, on
 """
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,19 +44,54 @@ PHASES = ("forward", "backward", "optimizer")
 
 def fit_reproduction(profile: P.Profile) -> float:
     """Max relative error of the table (fwd+bwd+opt) against the calibration's own medians of
-    the per-repetition totals at each measured batch size: does the fit reproduce what was
-    measured?"""
-    worst = 0.0
-    for rec in sorted(profile.samples["compute"], key=lambda r: r["batch_size"]):
-        b = rec["batch_size"]
-        measured = statistics.median(sum(rec[f"{ph}_s"][i] for ph in PHASES)
-                                     for i in range(len(rec["forward_s"])))
-        table = sum(profile.compute.time_s(ph, b) for ph in PHASES)
-        err = abs(table - measured) / measured
-        worst = max(worst, err)
-        print(f"  batch {b:4d}: calibration median {measured:.4f} s, table {table:.4f} s, "
-              f"error {err:.1%}")
-    return worst
+    the per-repetition totals at each measured batch size (what ``commsim calibrate`` prints),
+    and what the machine's noise alone would give (``noise_only_misses``)."""
+    from commsim.calibrate import fit as F
+
+    print(F.format_compute_reproduction(profile))
+    rows = F.compute_reproduction(profile.samples["compute"], lambda b: table_s(profile, b))
+    noise = F.repetition_noise(rows)
+    typical, high = noise_only_misses(profile, noise)
+    print(f"  noise alone ({noise:.1%} rms repetitions, as many as the calibration took, "
+          f"drawn around the table and fitted the same way): the worst size misses its median "
+          f"by {typical:.1%} (median of 200 draws), {high:.1%} (90th percentile)")
+    for n in (3, 8, 20):
+        typical, high = noise_only_misses(profile, noise, trials=100, reps=n)
+        print(f"  the same with {n} repetitions of every size: {typical:.1%} (median), "
+              f"{high:.1%} (90th percentile)")
+    return max(abs(r["error"]) for r in rows)
+
+
+def table_s(profile: P.Profile, batch: float) -> float:
+    return sum(profile.compute.time_s(ph, batch) for ph in PHASES)
+
+
+def noise_only_misses(profile: P.Profile, noise: float, trials: int = 200, seed: int = 0,
+                      reps: int | None = None) -> tuple[float, float]:
+    """The table's worst miss of its medians if the table were exactly right and the machine's
+    noise were all there is: per trial, every size gets as many repetitions as the calibration
+    took (or ``reps``), drawn around the table (all phases of a repetition scaled by one log-normal factor of
+    rms ``noise``: the machine's speed moves them together), fitted as ``calibrate`` fits them.
+    Returns the median and the 90th percentile over trials of the worst size's miss."""
+    import numpy as np
+
+    from commsim.calibrate import compute as K
+    from commsim.calibrate import fit as F
+
+    rng = np.random.default_rng(seed)
+    shape = [(r["batch_size"], reps or len(r["forward_s"])) for r in profile.samples["compute"]]
+    worst = []
+    for _ in range(trials):
+        drawn = []
+        for b, n in shape:
+            speed = np.exp(noise * rng.standard_normal(n))
+            drawn.append({"batch_size": b, **{f"{ph}_s": list(profile.compute.time_s(ph, b)
+                                                                 * speed) for ph in PHASES}})
+        table = F.smooth_compute(K.summarize(drawn), F.fit_compute(drawn, PHASES))
+        fitted = dict(zip(table["batch_sizes"],
+                          np.sum([table[f"{ph}_s"] for ph in PHASES], axis=0)))
+        worst.append(max(abs(r["error"]) for r in F.compute_reproduction(drawn, fitted.get)))
+    return float(np.median(worst)), float(np.percentile(worst, 90))
 
 
 def held_out(profile: P.Profile, rounds: int = 5) -> tuple[float, float]:
@@ -82,7 +119,7 @@ def held_out(profile: P.Profile, rounds: int = 5) -> tuple[float, float]:
             f, bw, o, _ = bench.iteration(*batches[b])
             times[b].append(f + bw + o)
     fresh = {b: float(np.median(v)) for b, v in times.items()}
-    table = {b: sum(profile.compute.time_s(ph, b) for ph in PHASES) for b in every}
+    table = {b: table_s(profile, b) for b in every}
     raw_worst = corrected_worst = 0.0
     for lo, mid, hi in zip(sizes, mids, sizes[1:]):
         drift = (fresh[lo] + fresh[hi]) / (table[lo] + table[hi])

@@ -327,6 +327,66 @@ def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
     return out
 
 
+COMPUTE_REPRODUCTION_TARGET = 0.05
+
+
+def compute_reproduction(records: list[dict], table_s: Callable[[float], float],
+                         phases: tuple[str, ...] = ("forward", "backward", "optimizer")
+                         ) -> list[dict]:
+    """How the compute table reproduces what was measured: per batch size of ``records``
+    (compute records, ``{phase}_s`` lists of repetitions), the median over repetitions of the
+    phases' sum against ``table_s(batch)``, and how much the repetitions varied (rms of
+    log(repetition / median)), which bounds how well any table can match a median of a few."""
+    rows = []
+    for rec in sorted(records, key=lambda r: r["batch_size"]):
+        totals = np.sum([rec[f"{ph}_s"] for ph in phases], axis=0)
+        median = float(np.median(totals))
+        table = float(table_s(rec["batch_size"]))
+        rows.append({"batch_size": rec["batch_size"], "reps": len(totals), "median_s": median,
+                     "table_s": table, "error": table / median - 1.0,
+                     "spread": float(np.sqrt(np.mean(np.log(totals / median) ** 2)))})
+    return rows
+
+
+def repetition_noise(rows: list[dict]) -> float:
+    """The repetitions' rms deviation from their size's median, pooled over ``rows``
+    (``compute_reproduction``), with n-1 degrees of freedom a size."""
+    dof = sum(r["reps"] - 1 for r in rows)
+    return math.sqrt(sum(r["spread"] ** 2 * r["reps"] for r in rows) / dof) if dof > 0 else 0.0
+
+
+def median_error(rms: float, n: int) -> float:
+    """The standard error of a median of ``n`` repetitions with rms deviation ``rms`` (normal
+    noise): the mean's rms / sqrt(n) up to 2 repetitions, ~1.25 times that from 3 on."""
+    return rms / math.sqrt(n) * (1.0 if n <= 2 else 1.2533)
+
+
+def format_compute_reproduction(profile) -> str:
+    """``compute_reproduction`` of a profile's alone table, a line a batch size, and a summary
+    line that says when the table misses a median by more than the target, and why it may."""
+    phases = ("forward", "backward", "optimizer")
+    records = [r for r in (profile.samples or {}).get("compute", [])
+               if all(r.get(f"{ph}_s") for ph in phases)]
+    if not records:
+        return "compute: no repetitions in the profile's samples"
+    rows = compute_reproduction(records, lambda b: sum(profile.compute.time_s(ph, b)
+                                                       for ph in phases), phases)
+    lines = [f"compute alone, batch {r['batch_size']:4d}: median {r['median_s']:.4f} s of "
+             f"{r['reps']} (±{r['spread']:.1%} rms), table {r['table_s']:.4f} s "
+             f"({r['error']:+.1%})" for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    noise = repetition_noise(rows)
+    fewest = min(r["reps"] for r in rows)
+    line = (f"compute table vs the measured medians: max {abs(worst['error']):.1%} (batch "
+            f"{worst['batch_size']}); repetitions varied {noise:.1%} rms")
+    if abs(worst["error"]) > COMPUTE_REPRODUCTION_TARGET:
+        line += (f": the table misses a median by more than {COMPUTE_REPRODUCTION_TARGET:.0%}, "
+                 f"and a median of {fewest} such repetitions is itself ±"
+                 f"{median_error(noise, fewest):.1%}; more repetitions (--compute-reps) or a "
+                 f"quieter host make the table steadier")
+    return "\n".join([*lines, line])
+
+
 def _polyval(coefficients, x: float) -> float:
     return float(sum(c * x**i for i, c in enumerate(coefficients)))
 

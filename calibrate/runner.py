@@ -87,6 +87,9 @@ class CalibrateOptions:
     oversubscribe: float | None = None
     # Which emulated cluster --emulate uses (tests use their own, never a user's "csim").
     cluster_prefix: str = "csim"
+    # Timed repetitions of every batch size alone; None: ``ComputeSpec``'s rule (3, 2 past 2 s
+    # an iteration, more for fast sizes), or 2 with --quick.
+    compute_reps: int | None = None
     command: str = field(default_factory=lambda: shlex.join(["commsim", *sys.argv[1:]]))
 
     @property
@@ -96,6 +99,16 @@ class CalibrateOptions:
     @property
     def sizes(self) -> tuple[int, ...]:
         return self.sizes_bytes or (QUICK_SIZES if self.quick else DEFAULT_SIZES)
+
+    @property
+    def compute(self) -> dict:
+        """``ComputeSpec`` fields that differ from its defaults."""
+        n = self.compute_reps
+        if n:
+            # Every size at least n times, slow ones included; fast ones still fill
+            # ``min_measure_s`` (up to ``max_reps``, raised to n if below).
+            return {"reps": n, "min_reps": n, "max_reps": max(K.ComputeSpec.max_reps, n)}
+        return {"reps": 2} if self.quick else {}
 
 
 def samples_path(out: Path) -> Path:
@@ -123,7 +136,9 @@ def _fingerprint(opts: CalibrateOptions, world_size: int) -> dict:
     return {"nodes": world_size, "emulated_rate_Bps": opts.emulate_Bps, "model": opts.model,
             "input_shape": list(opts.input_shape), "batch_sizes": list(opts.batches),
             "sizes_bytes": list(opts.sizes), "quick": opts.quick,
-            "oversubscribe": opts.oversubscribe}
+            "oversubscribe": opts.oversubscribe,
+            # Only when set: logs taken before the option existed still resume.
+            **({"compute_reps": opts.compute_reps} if opts.compute_reps else {})}
 
 
 def open_samples(opts: CalibrateOptions, world_size: int) -> list[dict]:
@@ -548,6 +563,8 @@ def _validate(opts: CalibrateOptions) -> None:
         raise UserError(f"--input-shape must be positive integers, got {opts.input_shape}")
     if opts.timeout_s <= 0:
         raise UserError(f"--timeout must be > 0, got {opts.timeout_s}")
+    if opts.compute_reps is not None and opts.compute_reps < 1:
+        raise UserError(f"--compute-reps must be >= 1, got {opts.compute_reps}")
     build_model(opts.model)  # fail fast (one line) on a bad --model, before any rank starts
 
 
@@ -578,7 +595,7 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
               "batch_sizes": list(opts.batches), "sizes_bytes": list(opts.sizes),
               "samples_path": str(samples_path(opts.out).resolve()), "done": done,
               "collective_timeout_s": opts.collective_timeout_s,
-              "compute": {"reps": 2, "warmup": 1} if opts.quick else {},
+              "compute": opts.compute,
               "oversubscribe": (opts.oversubscribe if opts.oversubscribe is not None
                                 else 0.0 if opts.quick else OVERSUBSCRIBE),
               "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {}}

@@ -1,4 +1,6 @@
 """Fits recover known latency, bandwidth and reduction cost from noisy synthetic timings."""
+import math
+
 import numpy as np
 import pytest
 
@@ -197,3 +199,48 @@ def test_all_reduce_constant_is_the_median_of_skewed_small_calls():
     fit = F.fit_collective("all_reduce", recs, world_size=4, network=NetworkFit(1e-4, 12e6))
     assert fit.bandwidth_Bps == pytest.approx(12e6, rel=0.03)
     assert fit.overhead_s + 6 * 1e-4 == pytest.approx(5e-3, rel=0.25)
+
+
+def _recs():
+    # Batch 32: totals 2.0, 3.0, 2.5 (median 2.5); batch 16: totals 1.0 and 1.0.
+    return [{"batch_size": 32, "forward_s": [1.0, 2.0, 1.5], "backward_s": [1.0, 1.0, 1.0],
+             "optimizer_s": [0.0, 0.0, 0.0]},
+            {"batch_size": 16, "forward_s": [0.5, 0.5], "backward_s": [0.4, 0.4],
+             "optimizer_s": [0.1, 0.1]}]
+
+
+def test_compute_reproduction_compares_the_table_with_each_size_s_median_of_totals():
+    rows = F.compute_reproduction(_recs(), {16: 1.1, 32: 2.5}.get)
+    assert [r["batch_size"] for r in rows] == [16, 32] and [r["reps"] for r in rows] == [2, 3]
+    assert rows[0]["median_s"] == pytest.approx(1.0) and rows[0]["error"] == pytest.approx(0.1)
+    assert rows[0]["spread"] == 0.0
+    assert rows[1]["median_s"] == pytest.approx(2.5) and rows[1]["error"] == pytest.approx(0.0)
+    spread = math.sqrt((math.log(0.8) ** 2 + math.log(1.2) ** 2) / 3)
+    assert rows[1]["spread"] == pytest.approx(spread)
+    # Pooled: squared deviations over 1 + 2 degrees of freedom.
+    assert F.repetition_noise(rows) == pytest.approx(math.sqrt(3 * spread**2 / 3))
+    assert F.median_error(0.1, 2) == pytest.approx(0.1 / math.sqrt(2))
+    assert F.median_error(0.1, 4) == pytest.approx(0.1 / 2 * 1.2533)
+
+
+def test_calibrate_says_when_the_table_misses_a_median_by_more_than_the_target():
+    class Table:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def time_s(self, phase, batch):
+            return self.seconds[batch] if phase == "forward" else 0.0
+
+    class Prof:
+        def __init__(self, seconds, samples=None):
+            self.compute = Table(seconds)
+            self.samples = {"compute": _recs()} if samples is None else samples
+
+    close = F.format_compute_reproduction(Prof({16: 1.04, 32: 2.5}))
+    assert close.splitlines()[-1].startswith("compute table vs the measured medians: max 4.0% "
+                                             "(batch 16)")
+    assert "more than 5%" not in close
+    far = F.format_compute_reproduction(Prof({16: 1.06, 32: 2.5})).splitlines()
+    assert len(far) == 3 and "batch   32: median 2.5000 s of 3" in far[1]
+    assert "max 6.0% (batch 16)" in far[-1] and "more than 5%" in far[-1]
+    assert "no repetitions" in F.format_compute_reproduction(Prof({}, samples={}))

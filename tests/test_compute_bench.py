@@ -50,6 +50,37 @@ def test_without_a_time_to_fill_the_repetitions_are_as_asked():
     assert K.measure_batch(FakeBench(5.0), 16, warmup=1, reps=3)["reps"] == 3
 
 
+@pytest.mark.parametrize("reps, seconds, want", [
+    (6, 2.5, 6),   # slow sizes too (by default 2)
+    (6, 0.5, 6),   # 2 s would take only 4
+    (6, 0.1, 8),   # fast sizes still fill 2 s, up to max_reps
+    (12, 0.1, 12),  # ... raised to N when N is more
+    (12, 0.01, 12),
+])
+def test_compute_reps_sets_the_fewest_repetitions_of_every_size(reps, seconds, want):
+    from pathlib import Path
+
+    from commsim.calibrate.runner import CalibrateOptions
+
+    opts = CalibrateOptions(out=Path("p.json"), compute_reps=reps)
+    bench = FakeBench(seconds)
+    rec, = K.merge_rounds(list(K.interleaved(bench, K.ComputeSpec(
+        model="", input_shape=(1,), batch_sizes=(16,), **opts.compute))))
+    assert rec["reps"] == want and bench.calls == want + 1
+
+
+def test_compute_reps_joins_the_resume_fingerprint_only_when_given():
+    from pathlib import Path
+
+    from commsim.calibrate.runner import CalibrateOptions, _fingerprint
+
+    plain = _fingerprint(CalibrateOptions(out=Path("p.json")), 2)
+    assert "compute_reps" not in plain  # logs from before the option still resume
+    assert _fingerprint(CalibrateOptions(out=Path("p.json"), compute_reps=8), 2) == {
+        **plain, "compute_reps": 8}
+    assert CalibrateOptions(out=Path("p.json"), quick=True).compute == {"reps": 2}
+
+
 def test_sizes_are_timed_in_interleaved_rounds():
     """Sizes of 0.25 s (8 repetitions), 0.5 s (4) and 2.5 s (2): warm-ups first, then 8 rounds;
     each size's repetitions spread evenly over them (4: rounds 0, 2, 4, 6; 2: rounds 0, 4)."""

@@ -50,12 +50,17 @@ def register(app: typer.Typer) -> None:
             help="Also time compute with co-runner processes beside the ranks until each host "
             "has X times its cores busy, so that predictions for more ranks than cores use a "
             "measured cost (default 2; --quick: 0 = off)."),
+        compute_reps: Optional[int] = typer.Option(
+            None, "--compute-reps", min=1, metavar="N",
+            help="Time every batch size alone at least N times (default 3, 2 for sizes past "
+            "2 s an iteration, more for fast ones): on a host whose speed varies between "
+            "repetitions, more make a steadier table and a longer run."),
         collective_timeout: float = CollectiveTimeoutOpt,
         cluster_prefix: str = ClusterPrefixOpt,
     ) -> None:
         """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
         profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
-        from commsim.calibrate.fit import format_nccl_table
+        from commsim.calibrate.fit import format_compute_reproduction, format_nccl_table
         from commsim.calibrate.runner import CalibrateOptions, run
         from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
 
@@ -65,7 +70,8 @@ def register(app: typer.Typer) -> None:
             input_shape=_ints(input_shape, "--input-shape"),
             batch_sizes=_ints(batch_sizes, "--batch-sizes") if batch_sizes else None,
             timeout_s=timeout, collective_timeout_s=collective_timeout,
-            oversubscribe=oversubscribe, cluster_prefix=cluster_prefix)
+            oversubscribe=oversubscribe, cluster_prefix=cluster_prefix,
+            compute_reps=compute_reps)
         profile = run(opts, progress=sys.stderr)
         if profile is None:  # a torchrun rank other than 0
             return
@@ -76,4 +82,5 @@ def register(app: typer.Typer) -> None:
         for name, fit in sorted(profile.collectives.items()):
             typer.echo(f"{name:10s} bandwidth {fmt_rate(fit.bandwidth_Bps):>13s}  overhead "
                        f"{fmt_time(fit.overhead_s):>9s}  gamma {fit.reduction_s_per_B:.3g} s/B")
+        typer.echo(format_compute_reproduction(profile))
         typer.echo(f"wrote {out} (samples: {out}.samples.jsonl)")
