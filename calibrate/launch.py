@@ -239,10 +239,20 @@ def _watch(children: list[_Child], timeout_s: float, progress: IO[str]) -> None:
         time.sleep(POLL_S)
 
 
+# Signals a process gets from outside (a user, the OOM killer, a scheduler).  A rank that dies by
+# another one (SIGABRT, SIGSEGV) mostly crashed on its own, often as a consequence: Gloo aborts a
+# rank (std::terminate) when a peer it was talking to vanished.
+_SENT_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
 def _failure(failed: list[_Child]) -> Exception:
-    # A rank killed by a signal is the cause; its peers' errors are consequences.
-    killed = [c for c in failed if c.proc.returncode < 0]
-    cause = (killed or failed)[0]
+    # A rank killed from outside is the cause, then one that crashed by a signal; its peers'
+    # errors are consequences.
+    def precedence(c: _Child) -> int:
+        rc = c.proc.returncode
+        return 0 if rc < 0 and -rc in _SENT_SIGNALS else 1 if rc < 0 else 2
+
+    cause = min(failed, key=precedence)
     rc = cause.proc.returncode
     how = (f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}")
     line = _last_line(cause.log)

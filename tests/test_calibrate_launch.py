@@ -20,6 +20,28 @@ def test_launch_returns_each_ranks_dict_in_rank_order(tmp_path):
     assert (tmp_path / "rank1.json").exists()
 
 
+@pytest.mark.parametrize("codes, cause", [
+    # Gloo aborts rank 0 (std::terminate) when rank 1 is killed: rank 1 is the cause.
+    ({0: -6, 1: -9}, r"^rank 1 was killed by SIGKILL: rank 1 wrote this$"),
+    ({0: 1, 1: -11}, r"^rank 1 was killed by SIGSEGV"),     # a crash before an error exit
+    ({0: 1, 1: 1}, r"^rank 0 exited with code 1: rank 0 wrote this$"),
+    ({0: -6, 1: -15, 2: -9}, r"^rank 1 was killed by SIGTERM"),  # the first one sent
+])
+def test_the_failure_named_is_a_rank_killed_from_outside_before_ranks_that_crashed(
+        tmp_path, codes, cause):
+    class Proc:
+        def __init__(self, rc):
+            self.returncode = rc
+
+    children = []
+    for rank, rc in codes.items():
+        log = tmp_path / f"rank{rank}.log"
+        log.write_text(f"rank {rank} wrote this\n")
+        children.append(L._Child(rank, Proc(rc), log, None))
+    with pytest.raises(RunFailed, match=cause):
+        raise L._failure(children)
+
+
 def test_a_rank_killed_mid_run_ends_every_rank_quickly_naming_it(tmp_path):
     start = time.monotonic()
     with pytest.raises(RunFailed, match=r"rank 1 was killed by SIGKILL"):
