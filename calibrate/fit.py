@@ -361,16 +361,22 @@ def median_error(rms: float, n: int) -> float:
     return rms / math.sqrt(n) * (1.0 if n <= 2 else 1.2533)
 
 
-def format_compute_reproduction(profile) -> str:
-    """``compute_reproduction`` of a profile's alone table, a line a batch size, and a summary
-    line that says when the table misses a median by more than the target, and why it may."""
+def profile_reproduction(profile) -> list[dict]:
+    """``compute_reproduction`` of a profile's alone table (forward+backward+step) against the
+    repetitions in its samples; empty when it has none."""
     phases = ("forward", "backward", "optimizer")
     records = [r for r in (profile.samples or {}).get("compute", [])
                if all(r.get(f"{ph}_s") for ph in phases)]
-    if not records:
-        return "compute: no repetitions in the profile's samples"
-    rows = compute_reproduction(records, lambda b: sum(profile.compute.time_s(ph, b)
+    return compute_reproduction(records, lambda b: sum(profile.compute.time_s(ph, b)
                                                        for ph in phases), phases)
+
+
+def format_compute_reproduction(profile) -> str:
+    """``profile_reproduction``, a line a batch size, and a summary line that says when the
+    table misses a median by more than the target, and why it may."""
+    rows = profile_reproduction(profile)
+    if not rows:
+        return "compute: no repetitions in the profile's samples"
     lines = [f"compute alone, batch {r['batch_size']:4d}: median {r['median_s']:.4f} s of "
              f"{r['reps']} (±{r['spread']:.1%} rms), table {r['table_s']:.4f} s "
              f"({r['error']:+.1%})" for r in rows]
