@@ -69,10 +69,6 @@ def _kept(kept: dict[str, float]) -> str:
             f"table then keeps them): {shares or 'none'}")
 
 
-def table_s(profile: P.Profile, batch: float) -> float:
-    return sum(profile.compute.time_s(ph, batch) for ph in PHASES)
-
-
 def noise_only_misses(profile: P.Profile, noise: float, trials: int = 200, seed: int = 0,
                       reps: int | None = None) -> tuple[float, float, dict[str, float]]:
     """The table's worst miss of its medians if the table were exactly right and the machine's
@@ -118,6 +114,7 @@ def held_out(profile: P.Profile, rounds: int = 5) -> tuple[float, float]:
     import torch
 
     from commsim.calibrate.compute import ComputeBench
+    from commsim.calibrate.fit import table_total_s
     from commsim.calibrate.models import build_model
 
     torch.set_num_threads(profile.compute.threads_per_rank)
@@ -134,7 +131,7 @@ def held_out(profile: P.Profile, rounds: int = 5) -> tuple[float, float]:
             f, bw, o, _ = bench.iteration(*batches[b])
             times[b].append(f + bw + o)
     fresh = {b: float(np.median(v)) for b, v in times.items()}
-    table = {b: table_s(profile, b) for b in every}
+    table = {b: table_total_s(profile, b) for b in every}
     raw_worst = corrected_worst = 0.0
     for lo, mid, hi in zip(sizes, mids, sizes[1:]):
         drift = (fresh[lo] + fresh[hi]) / (table[lo] + table[hi])

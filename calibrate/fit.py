@@ -328,11 +328,16 @@ def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
 
 
 COMPUTE_REPRODUCTION_TARGET = 0.05
+TABLE_PHASES = ("forward", "backward", "optimizer")
+
+
+def table_total_s(profile, batch: float) -> float:
+    """The profile's compute table for one iteration at ``batch``: forward+backward+step."""
+    return sum(profile.compute.time_s(ph, batch) for ph in TABLE_PHASES)
 
 
 def compute_reproduction(records: list[dict], table_s: Callable[[float], float],
-                         phases: tuple[str, ...] = ("forward", "backward", "optimizer")
-                         ) -> list[dict]:
+                         phases: tuple[str, ...] = TABLE_PHASES) -> list[dict]:
     """How the compute table reproduces what was measured: per batch size of ``records``
     (compute records, ``{phase}_s`` lists of repetitions), the median over repetitions of the
     phases' sum against ``table_s(batch)``, and how much the repetitions varied (rms of
@@ -364,11 +369,9 @@ def median_error(rms: float, n: int) -> float:
 def profile_reproduction(profile) -> list[dict]:
     """``compute_reproduction`` of a profile's alone table (forward+backward+step) against the
     repetitions in its samples; empty when it has none."""
-    phases = ("forward", "backward", "optimizer")
     records = [r for r in (profile.samples or {}).get("compute", [])
-               if all(r.get(f"{ph}_s") for ph in phases)]
-    return compute_reproduction(records, lambda b: sum(profile.compute.time_s(ph, b)
-                                                       for ph in phases), phases)
+               if all(r.get(f"{ph}_s") for ph in TABLE_PHASES)]
+    return compute_reproduction(records, lambda b: table_total_s(profile, b))
 
 
 def format_compute_reproduction(profile) -> str:
