@@ -174,7 +174,7 @@ class LiveConfig:
         from commsim.spec import ClusterSpec, RunSpec
         from commsim.strategies import get_strategy
 
-        nominal = ClusterSpec(hosts=world_size, nic_bandwidth_Bps=1.0, nic_latency_s=0.0,
+        nominal = ClusterSpec(hosts=world_size, nic_bandwidth_Bps=1e9, nic_latency_s=0.0,
                               cores_per_host=1.0)  # the checks never look at the link or cores
         spec = RunSpec(strategy=self.strategy, cluster=nominal, global_batch=None,
                        batch_per_rank=self.rank_batch(world_size), sync_every=self.sync_every,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from commsim.costs import cost_inputs
+from commsim.limits import LATENCY_S, LINK_RATE_BPS, RANKS, SIZE_BYTES
 from commsim.profile import Profile
 from commsim.result import Result
 from commsim.simulate import simulate
@@ -113,8 +114,12 @@ def rank_allreduce_algorithms(profile: Profile, nbytes: float, ranks: int, *,
     """Closed-form time of one all-reduce of ``nbytes`` over ``ranks`` (one per host) for every
     algorithm, fastest first: which algorithm to pick for a tensor of that size."""
     from commsim import closed_form as cf
-    alpha = profile.network.latency_s if latency_s is None else latency_s
-    beta = 1.0 / (profile.network.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps)
+    SIZE_BYTES.check(nbytes, "--size")
+    RANKS.check(ranks, "--nodes")
+    alpha = (profile.network.latency_s if latency_s is None
+             else LATENCY_S.check(latency_s, "--latency"))
+    beta = 1.0 / (profile.network.bandwidth_Bps if bandwidth_Bps is None
+                  else LINK_RATE_BPS.check(bandwidth_Bps, "--bandwidth"))
     fit = profile.collective("all_reduce")
     rows = [{"algorithm": a, "bytes": nbytes, "ranks": ranks,
              "time_s": cf.allreduce_s(a, nbytes, ranks, alpha, beta, fit.reduction_s_per_B,

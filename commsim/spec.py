@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from commsim.errors import UserError
+from commsim.limits import (COMPUTE_FACTOR, CORES, HOSTS, LATENCY_S, LINK_RATE_BPS, RANKS,
+                            RANKS_PER_HOST, SAMPLES, SIZE_BYTES, SYNC_EVERY)
 from commsim.profile import Profile
 
 MiB = 1024 * 1024
@@ -53,6 +55,9 @@ class ClusterSpec:
                 raise UserError(f"CPU efficiency must be in (0, 1], got {eff!r}")
         _check_int("nodes", self.hosts, 1)
         _check_int("ranks per host", self.ranks_per_host, 1)
+        HOSTS.check(self.hosts, "--nodes")
+        RANKS_PER_HOST.check(self.ranks_per_host, "--ranks-per-host")
+        RANKS.check(self.world_size, "ranks (--nodes x --ranks-per-host)")
         _check_pos("bandwidth", self.nic_bandwidth_Bps)
         _check_nonneg("latency", self.nic_latency_s)
         _check_pos("cores per host", self.cores_per_host)
@@ -62,7 +67,7 @@ class ClusterSpec:
             if not 0 <= host < self.hosts:
                 raise UserError(f"slow link names host {host}, but the cluster has hosts "
                                 f"0..{self.hosts - 1}")
-            _check_pos(f"slow link bandwidth of host {host}", bw)
+            LINK_RATE_BPS.check(bw, f"--slow-link rate of host {host}")
 
     @property
     def world_size(self) -> int:
@@ -125,15 +130,20 @@ class RunSpec:
             raise UserError("give exactly one of --global-batch and --batch-per-rank")
         if self.global_batch is not None:
             _check_int("global batch", self.global_batch, 1)
+            SAMPLES.check(self.global_batch, "--global-batch")
             if self.global_batch < self.cluster.world_size:
                 raise UserError(f"global batch {self.global_batch} is smaller than the "
                                 f"{self.cluster.world_size} ranks it is split over")
         if self.batch_per_rank is not None:
             _check_int("batch per rank", self.batch_per_rank, 1)
+            SAMPLES.check(self.batch_per_rank, "--batch-per-rank")
         _check_int("bucket size", self.bucket_bytes, 1)
         _check_int("first bucket size", self.first_bucket_bytes, 1)
+        SIZE_BYTES.check(self.bucket_bytes, "--bucket-mb")
+        SIZE_BYTES.check(self.first_bucket_bytes, "first bucket size")
         _check_int("dataset samples", self.dataset_samples, 1)
         _check_int("--sync-every", self.sync_every, 1)
+        SYNC_EVERY.check(self.sync_every)
         if self.group_size is not None:
             _check_int("--group-size", self.group_size, 1)
             if self.group_size > self.world_size:
@@ -146,7 +156,7 @@ class RunSpec:
             if not 0 <= rank < self.cluster.world_size:
                 raise UserError(f"straggler names rank {rank}, but the run has ranks "
                                 f"0..{self.cluster.world_size - 1}")
-            _check_pos(f"straggler factor of rank {rank}", factor)
+            COMPUTE_FACTOR.check(factor, f"--straggler factor of rank {rank}")
 
     @property
     def world_size(self) -> int:
@@ -202,6 +212,13 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
     fitted point-to-point link.
     """
     net = profile.network
+    # What-if values are bounded; the profile's own fits are whatever calibration measured.
+    for bound, value, option in ((LINK_RATE_BPS, bandwidth_Bps, "--bandwidth"),
+                                 (LATENCY_S, latency_s, "--latency"),
+                                 (CORES, cores_per_host, "--cores-per-host"),
+                                 (CORES, shared_cpu_cores, "--shared-cpu-cores")):
+        if value is not None:
+            bound.check(value, option)
     if cores_per_host is None:
         cores_per_host = (profile.compute.threads_per_rank + 1) * ranks_per_host
     return ClusterSpec(

@@ -75,6 +75,8 @@ def fmt_rate(bandwidth_Bps: float) -> str:
 
 
 def fmt_time(seconds: float) -> str:
+    if seconds >= 1e6:
+        return f"{seconds:.3g} s"
     if seconds >= 1:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:
@@ -83,7 +85,9 @@ def fmt_time(seconds: float) -> str:
 
 
 def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    if n >= 1024**5:
+        return f"{n:.3g} B"
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"

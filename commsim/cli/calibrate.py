@@ -11,6 +11,7 @@ import typer
 
 from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 from commsim.errors import UserError
+from commsim.limits import TIMEOUT_S
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -26,7 +27,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
-        nodes: int = typer.Option(2, "--nodes", min=2, help="Ranks to run (local processes, "
+        nodes: int = typer.Option(2, "--nodes", min=2, max=250, help="Ranks to run (local processes, "
                                   "or emulated nodes with --emulate)."),
         emulate: Optional[str] = typer.Option(None, "--emulate", metavar="RATE",
                                               help="Run each rank in a node of an emulated "
@@ -43,15 +44,15 @@ def register(app: typer.Typer) -> None:
         batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes",
                                                   help="Per-rank batch sizes (default "
                                                   "16,32,...,512; --quick: 4,8)."),
-        timeout: float = typer.Option(900.0, "--timeout", min=1.0,
+        timeout: float = typer.Option(900.0, "--timeout", min=1.0, max=TIMEOUT_S.hi,
                                       help="Seconds before the whole run is abandoned."),
         oversubscribe: Optional[float] = typer.Option(
-            None, "--oversubscribe", min=0.0, metavar="X",
+            None, "--oversubscribe", min=0.0, max=64.0, metavar="X",
             help="Also time compute with co-runner processes beside the ranks until each host "
             "has X times its cores busy, so that predictions for more ranks than cores use a "
             "measured cost (default 2; --quick: 0 = off)."),
         compute_reps: Optional[int] = typer.Option(
-            None, "--compute-reps", min=1, metavar="N",
+            None, "--compute-reps", min=1, max=1000, metavar="N",
             help="Time every batch size alone at least N times (default 3, 2 for sizes past "
             "2 s an iteration, more for fast ones): on a host whose speed varies between "
             "repetitions, more make a steadier table and a longer run."),

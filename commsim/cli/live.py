@@ -8,6 +8,7 @@ import typer
 
 from commsim.cli import options as o
 from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
+from commsim.limits import TIMEOUT_S
 
 STRATEGY_NAMES = ("single", "ps", "ring", "ddp")
 
@@ -27,20 +28,20 @@ def register(app: typer.Typer) -> None:
 
 def live(
     strategy: str = typer.Option(..., "--strategy", help="single, ps, ring or ddp."),
-    nodes: int = typer.Option(1, "--nodes", min=1, help="Ranks (one per emulated node)."),
+    nodes: int = typer.Option(1, "--nodes", min=1, max=250, help="Ranks (one per emulated node)."),
     emulate: Optional[str] = typer.Option(None, "--emulate", help="Run each rank in a node of an "
                                           "emulated cluster with links of this rate (1gbit, "
                                           "100mbit); needs root.  The cluster is left up."),
     global_batch: Optional[int] = o.GlobalBatchOpt,
     batch_per_rank: Optional[int] = o.BatchPerRankOpt,
-    iterations: int = typer.Option(20, "--iterations", min=1,
+    iterations: int = typer.Option(20, "--iterations", min=1, max=10**6,
                                    help="Timed iterations, a multiple of --sync-every (one more "
                                         "cycle runs first, discarded)."),
     bucket_mb: float = o.BucketOpt,
     data: Optional[Path] = typer.Option(None, "--data", help="CIFAR-10 binary directory "
                                         "(default: --synthetic images)."),
     synthetic: str = SyntheticOpt,
-    synthetic_size: int = typer.Option(50000, "--synthetic-size", min=1,
+    synthetic_size: int = typer.Option(50000, "--synthetic-size", min=1, max=10**6,
                                        help="Training images of synthetic data."),
     sync_every: int = o.SyncEveryOpt,
     group_size: Optional[int] = o.GroupSizeOpt,
@@ -53,10 +54,10 @@ def live(
                               help="Model factory module:function."),
     no_running_stats: bool = typer.Option(False, "--no-running-stats", help="BatchNorm keeps "
                                           "no running statistics (as the seed report did)."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Torch threads per "
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, max=1024, help="Torch threads per "
                                           "rank (default: cores // ranks)."),
     seed: int = typer.Option(0, "--seed"),
-    timeout: float = typer.Option(900.0, "--timeout", min=1, help="Seconds for the whole run."),
+    timeout: float = typer.Option(900.0, "--timeout", min=1, max=TIMEOUT_S.hi, help="Seconds for the whole run."),
     collective_timeout: float = CollectiveTimeoutOpt,
     cluster_prefix: str = ClusterPrefixOpt,
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -66,7 +67,7 @@ def live(
 ) -> None:
     from commsim.calibrate import live as lv
     from commsim.errors import UserError
-    from commsim.profile import atomic_write_text
+    from commsim.files import atomic_write_text, check_output
 
     if strategy not in STRATEGY_NAMES:
         raise UserError(f"--strategy must be one of {', '.join(STRATEGY_NAMES)}, got "
@@ -77,8 +78,8 @@ def live(
         raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
     if data is not None and not data.is_dir():
         raise UserError(f"--data {data} is not a directory")
-    if out is not None and out.exists() and not force:
-        raise UserError(f"--out {out} exists; add --force to overwrite it")
+    if out is not None:
+        check_output(out, force=force)
     cfg = lv.LiveConfig(strategy=strategy, global_batch=global_batch or 256,
                         batch_per_rank=batch_per_rank, iterations=iterations,
                         bucket_mb=bucket_mb, data_dir=None if data is None else str(data),

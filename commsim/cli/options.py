@@ -12,12 +12,14 @@ import typer
 
 from commsim.api import Scenario
 from commsim.errors import UserError
+from commsim.limits import BUCKET_MIB, HOSTS
 from commsim.profile import Profile, load, load_default
 from commsim.spec import MiB
 from commsim.units import parse_rate_Bps, parse_time_s
 
 ProfileOpt = typer.Option(None, "--profile", help="Profile JSON from 'commsim calibrate' "
-                          "(default: the bundled profile).", dir_okay=False)
+                          "(default: the bundled profile).", dir_okay=False,
+                          readable=False)  # commsim.files reads it: exit 1 when unreadable
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1,
                               help="Samples per iteration over all ranks (strong scaling; "
                                    "default 256).")
@@ -91,9 +93,7 @@ def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=None, bandwidt
              group_size=None, compress=None, no_buffer_broadcast=False) -> Scenario:
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")
-    if bucket_mb is not None and (not bucket_mb > 0 or bucket_mb == float("inf")):
-        raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
-    cap = None if bucket_mb is None else max(1, round(bucket_mb * MiB))
+    cap = None if bucket_mb is None else max(1, round(BUCKET_MIB.check(bucket_mb) * MiB))
     for name, value in (("--cores-per-host", cores_per_host),
                         ("--shared-cpu-cores", shared_cpu_cores)):
         if value is not None and (not value > 0 or value == float("inf")):
@@ -125,20 +125,23 @@ def parse_nodes(text: str) -> list[int]:
         part = part.strip()
         try:
             if part.startswith("pow2:"):
-                top = int(part[5:])
+                top = HOSTS.check(int(part[5:]), "--nodes")
                 k = 1
                 while k <= top:
                     out.append(k)
                     k *= 2
             elif "-" in part[1:]:
                 lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
+                out.extend(range(HOSTS.check(int(lo), "--nodes"),
+                                 HOSTS.check(int(hi), "--nodes") + 1))
             else:
-                out.append(int(part))
+                out.append(HOSTS.check(int(part), "--nodes"))
+        except UserError:
+            raise
         except ValueError:
             raise UserError(f"cannot read node count {part!r} in --nodes {text!r}; use e.g. "
                             "1,2,4,8 or 1-4 or pow2:64") from None
-    if not out or any(n < 1 for n in out):
+    if not out:
         raise UserError(f"--nodes {text!r} must list node counts >= 1")
     return sorted(set(out))
 

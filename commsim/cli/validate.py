@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.limits import TIMEOUT_S
 
 
 def register(app: typer.Typer) -> None:
@@ -21,13 +22,13 @@ def validate(
     nodes: str = typer.Option("2,3,4", "--nodes", help="Node counts, e.g. 2,3,4."),
     emulate: Optional[str] = typer.Option(None, "--emulate", help="Comma-separated link rates "
                                           "of an emulated cluster, e.g. 100mbit,1gbit (root)."),
-    profile: Optional[Path] = typer.Option(None, "--profile", dir_okay=False, help="Use this "
+    profile: Optional[Path] = typer.Option(None, "--profile", dir_okay=False, readable=False, help="Use this "
                                            "profile instead of calibrating first."),
     calibrate_nodes: Optional[int] = typer.Option(None, "--calibrate-nodes", min=2,
                                                   help="Ranks to calibrate on (default: the "
                                                        "largest of --nodes)."),
     quick: bool = typer.Option(False, "--quick", help="Quick calibration sweep."),
-    iterations: int = typer.Option(10, "--iterations", min=1, help="Timed live iterations."),
+    iterations: int = typer.Option(10, "--iterations", min=1, max=10**6, help="Timed live iterations."),
     global_batch: Optional[int] = o.GlobalBatchOpt,
     batch_per_rank: Optional[int] = o.BatchPerRankOpt,
     bucket_mb: float = o.BucketOpt,
@@ -37,7 +38,8 @@ def validate(
                                         help="CIFAR-10 binary directory (default synthetic)."),
     tolerance: float = typer.Option(10.0, "--tolerance", min=0.0,
                                     help="Median absolute error allowed, percent."),
-    timeout: float = typer.Option(900.0, "--timeout", min=1.0, help="Seconds per live run."),
+    timeout: float = typer.Option(900.0, "--timeout", min=1.0, max=TIMEOUT_S.hi,
+                                 help="Seconds per live run."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Write the JSON here."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -47,7 +49,8 @@ def validate(
     from commsim.analysis.validate import (ValidationGrid, rows_table, table_columns,
                                           validate as run)
     from commsim.errors import UserError
-    from commsim.profile import atomic_write_text, load
+    from commsim.files import atomic_write_text, check_output
+    from commsim.profile import load
     from commsim.strategies import get_strategy
     from commsim.table import text_table
     from commsim.units import parse_rate_Bps
@@ -62,8 +65,8 @@ def validate(
     if min(node_list) < 2:
         raise UserError(f"--nodes {nodes!r}: validation needs at least 2 nodes per run")
     rates = tuple(parse_rate_Bps(r) for r in emulate.split(",")) if emulate else ()
-    if out is not None and out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
+    if out is not None:
+        check_output(out, force=force)  # before an hour of live runs, not after
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=None, latency=None, ranks_per_host=1, cores_per_host=None,
                     shared_cpu_cores=None, straggler=None, slow_link=None, no_overlap=False)
