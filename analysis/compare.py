@@ -6,11 +6,11 @@ kept.  Anything else is a one-line UserError naming the file, the row and the ke
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from commsim.errors import UserError
+from commsim.files import read_json
 
 REQUIRED = {"strategy": str, "nodes": int, "predicted_s": float, "measured_s": float,
             "measured_spread_s": float, "error_pct": float}
@@ -40,15 +40,7 @@ def _check(row, i: int, where: str) -> dict:
 def load_validation(path: str | Path) -> list[dict]:
     """The validated rows, sorted by (strategy, nodes) for stable output."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"--validation {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--validation {p}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--validation {p}: not valid JSON ({exc.msg} at line {exc.lineno})") \
-            from None
+    data = read_json(p, "--validation")
     if isinstance(data, dict) and "rows" in data:
         data = data["rows"]
     if not isinstance(data, list) or not data:

@@ -4,8 +4,8 @@
    and returns ``ReportData``: the title page's sections and every table as rows.
 2. ``render_report_pdf`` turns it into PDF bytes (``plots`` + ``pdf``, matplotlib imported
    there, lazily).
-3. ``write_report`` checks that no output exists (unless ``force``) before writing any, then
-   writes the PDF and one CSV/JSON file per table atomically.
+3. ``write_report`` writes the PDF and one CSV/JSON file per table, all or none
+   (``commsim.files.write_files``); ``check_outputs`` is the same check, run before the work.
 Nothing in the data depends on the clock or the paths, so equal inputs give equal bytes.
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Sequence
 from commsim.analysis import compare, fits, tables, timeline
 from commsim.api import Scenario
 from commsim.errors import UserError
-from commsim.profile import Profile, atomic_write_bytes, atomic_write_text
+from commsim.files import check_output, write_files
+from commsim.profile import Profile
 from commsim.table import csv_text
 from commsim.units import fmt_bytes, fmt_rate, fmt_time
 
@@ -230,24 +231,28 @@ def output_paths(data: ReportData, out: Path, csv_dir: Path | None,
     return paths
 
 
+def check_outputs(out: str | Path, *, csv_dir: str | Path | None = None,
+                  json_dir: str | Path | None = None, force: bool = False) -> None:
+    """Before the work: can the PDF and the table folders be written?"""
+    check_output(out, force=force)
+    for folder in (csv_dir, json_dir):
+        if folder is not None:
+            check_output(folder, folder=True)
+
+
 def write_report(data: ReportData, out: str | Path, *, csv_dir: str | Path | None = None,
                  json_dir: str | Path | None = None, force: bool = False) -> list[Path]:
-    """Write the PDF and the tables; refuse (before writing anything) to overwrite files."""
-
+    """Write the PDF and the tables, all or none: nothing is overwritten without ``force``, and
+    a failure part-way (a full disk, a folder that cannot be made) leaves no file behind."""
     csv_dir = None if csv_dir is None else Path(csv_dir)
     json_dir = None if json_dir is None else Path(json_dir)
+    check_outputs(out, csv_dir=csv_dir, json_dir=json_dir, force=force)
     paths = output_paths(data, Path(out), csv_dir, json_dir)
-    if not force:
-        for p in paths:
-            if p.exists():
-                raise FileExistsError(f"{p} exists; pass --force to overwrite it")
-    for folder in (csv_dir, json_dir):
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise UserError(f"{folder} is not a directory")
-    atomic_write_bytes(out, render_report_pdf(data), force=force)
+    files = {paths[0]: render_report_pdf(data)}
     for name, rows in data.tables.items():
         if csv_dir is not None:
-            atomic_write_text(csv_dir / f"{name}.csv", csv_text(rows), force=force)
+            files[csv_dir / f"{name}.csv"] = csv_text(rows).encode("utf-8")
         if json_dir is not None:
-            atomic_write_text(json_dir / f"{name}.json", dumps(rows), force=force)
+            files[json_dir / f"{name}.json"] = dumps(rows).encode("utf-8")
+    write_files(files, force=force)
     return paths

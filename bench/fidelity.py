@@ -49,7 +49,7 @@ from commsim.api import predict
 from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, refit_profile, run as calibrate
-from commsim.profile import atomic_write_text
+from commsim.files import atomic_write_text
 from commsim.spec import measured_cpu_efficiency
 from commsim.table import text_table
 from commsim.units import fmt_rate, fmt_time, parse_rate_Bps

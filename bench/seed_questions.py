@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from commsim.api import Scenario, predict
-from commsim.profile import atomic_write_text, load, load_default
+from commsim.files import atomic_write_text
+from commsim.profile import load, load_default
 from commsim.units import fmt_bytes, fmt_rate, fmt_time
 
 TASKS = (("Task 1 (single)", "single"), ("Task 2a (gather/scatter)", "ps"),

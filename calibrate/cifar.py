@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import Dataset
 
 from commsim.errors import UserError
+from commsim.files import fault
 
 RECORD_BYTES = 1 + 3 * 32 * 32
 TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
@@ -55,7 +56,7 @@ def read_cifar_bin(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise UserError(f"CIFAR-10 file {p} does not exist") from None
     except OSError as exc:
-        raise UserError(f"cannot read CIFAR-10 file {p}: {exc.strerror or exc}") from None
+        raise fault("read CIFAR-10 file", p, exc) from None
     if raw.size == 0 or raw.size % RECORD_BYTES:
         raise UserError(f"CIFAR-10 file {p} has {raw.size} bytes, not a positive multiple of "
                         f"{RECORD_BYTES} (1 label byte + 3072 pixel bytes per record)")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from commsim.errors import RunFailed, UserError
-from commsim.profile import atomic_write_text
+from commsim.files import atomic_write_text
 
 if TYPE_CHECKING:  # the cluster module needs root tools only when used
     from commsim.calibrate.cluster import ClusterInfo

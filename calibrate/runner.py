@@ -44,7 +44,8 @@ from commsim.calibrate.launch import (DEFAULT_COLLECTIVE_TIMEOUT_S, cpu_cores, d
                                       from_env, launch, run_from_env)
 from commsim.calibrate.models import VGG11_FACTORY, buffer_specs, build_model, param_specs
 from commsim.errors import RunFailed, UserError
-from commsim.profile import (SCHEMA_VERSION, ComputeTable, Profile, atomic_write_text, save)
+from commsim.files import atomic_write_text, check_output, parse_json, read_text
+from commsim.profile import SCHEMA_VERSION, ComputeTable, Profile, save
 
 DEFAULT_BATCH_SIZES = (16, 32, 64, 128, 256, 512)
 QUICK_BATCH_SIZES = (4, 8)
@@ -146,12 +147,16 @@ def open_samples(opts: CalibrateOptions, world_size: int) -> list[dict]:
     path = samples_path(opts.out)
     fingerprint = _fingerprint(opts, world_size)
     if opts.resume and path.exists():
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        try:
-            rows = [json.loads(ln) for ln in lines]
-        except json.JSONDecodeError:
-            # A run killed mid-write leaves a partial last line: drop it, keep the rest.
-            rows = [json.loads(ln) for ln in lines[:-1]]
+        text = read_text(path, "samples log", max_bytes=1024**3)
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        rows = []
+        for i, line in enumerate(lines):
+            try:
+                rows.append(parse_json(line, f"{path} line {i + 1}"))
+            except UserError:
+                if i < len(lines) - 1:
+                    raise
+                # A run killed mid-write leaves a partial last line: drop it, keep the rest.
         if not rows or rows[0].get("kind") != "header":
             raise UserError(f"{path} is not a commsim samples log (no header line)")
         if rows[0].get("fingerprint") != fingerprint:
@@ -578,8 +583,8 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
     if env is not None and env.world_size < 2:
         raise UserError("calibrate needs WORLD_SIZE >= 2 under torchrun")
     _validate(opts if env is None else _with_nodes(opts, world))
-    if is_writer and opts.out.exists() and not opts.force:
-        raise FileExistsError(f"{opts.out} exists; pass --force to overwrite it")
+    if is_writer:  # before minutes of measuring: is the profile (and its log) writable?
+        check_output(opts.out, force=opts.force)
     done = open_samples(opts, world) if is_writer else []
     info = None
     if opts.emulate_Bps is not None:

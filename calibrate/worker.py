@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commsim.errors import RunFailed, UserError
-from commsim.profile import atomic_write_text
+from commsim.files import atomic_write_text
 
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1

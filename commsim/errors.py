@@ -1,4 +1,5 @@
-"""Errors a user can cause.  The CLI turns each into one line on stderr and exit code 2."""
+"""Errors the CLI turns into one line on stderr: bad input (exit 2), the environment and failed
+runs (exit 1).  Never a traceback."""
 from __future__ import annotations
 
 
@@ -9,3 +10,8 @@ class UserError(ValueError):
 
 class RunFailed(RuntimeError):
     """A distributed run ended badly (a rank died, a link went down, a timeout).  Exit code 1."""
+
+
+class EnvironmentFault(RuntimeError):
+    """The machine refused: a folder that is missing or cannot be made, permission denied, a
+    read-only or full file system.  Exit code 1; the message names the path and the reason."""

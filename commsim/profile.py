@@ -34,10 +34,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+from commsim.errors import UserError
+from commsim.files import atomic_write_text, parse_json, read_text
 
 SCHEMA = "commsim.profile"
 SCHEMA_VERSION = 1
@@ -443,24 +445,20 @@ def _opt_num(obj: dict, key: str, **kw) -> float | None:
 
 def loads(text: str) -> Profile:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"not valid JSON ({exc.msg} at line {exc.lineno}, "
-                           f"column {exc.colno})") from None
+        data = parse_json(text, "profile")
+    except UserError as exc:
+        raise ProfileError(str(exc).removeprefix("profile: ")) from None
     return profile_from_dict(data)
 
 
 def load(path: str | os.PathLike) -> Profile:
-    """Read and validate a profile file.  Errors name the file and the field."""
+    """Read and validate a profile file.  Errors name the file and the field; a file that is
+    too large or nested too deeply is refused before parsing."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"profile {p} does not exist") from None
-    except IsADirectoryError:
-        raise ProfileError(f"profile {p} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"cannot read profile {p}: {exc}") from None
+        text = read_text(p, "profile")
+    except UserError as exc:
+        raise ProfileError(str(exc)) from None
     try:
         return loads(text)
     except ProfileError as exc:
@@ -473,46 +471,6 @@ def default_profile_path() -> Path:
 
 def load_default() -> Profile:
     return load(default_profile_path())
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, force: bool = False) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file and a crash
-    never leaves one; refuse to replace an existing file without ``force``."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise FileExistsError(f"{p} exists; pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        if force:
-            os.replace(tmp, p)
-        else:
-            # link() fails if the name appeared since the check above: never clobber it.
-            try:
-                os.link(tmp, p)
-            except FileExistsError:
-                raise FileExistsError(f"{p} exists; pass --force to overwrite it") from None
-            except OSError:          # a filesystem without hard links: best effort
-                if p.exists():
-                    raise FileExistsError(f"{p} exists; pass --force to overwrite it") from None
-                os.replace(tmp, p)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), force=force)
 
 
 def save(profile: Profile, path: str | os.PathLike, *, force: bool = False) -> None:

@@ -1,16 +1,21 @@
 """The ``commsim`` command line.  It only parses, calls the library and prints.
 
-Each command group lives in its own module with a ``register(app)`` function.  Errors a user can
-cause are printed as one line on stderr with exit code 2; there is never a traceback.
+Each command group lives in its own module with a ``register(app)`` function.  ``main`` is the one
+boundary for errors: bad input is one line on stderr with exit code 2; what the environment does
+(a folder missing or unwritable, a full disk, standard output closed or full) is one line naming
+the path with exit code 1; a closed pipe (``| head -1``) ends quietly.  Never a traceback.
 """
 from __future__ import annotations
 
 import importlib
+import io
+import os
 import sys
 
 import typer
 
-from commsim.errors import RunFailed, UserError
+from commsim.errors import EnvironmentFault, RunFailed, UserError
+from commsim.files import reason
 from commsim.profile import ProfileError
 from commsim.units import UnitError
 
@@ -49,7 +54,72 @@ def _one_line(text) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the typer app and map every user error to exit code 2."""
+    """Console entry point: run the typer app and map every error to one line and an exit code."""
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout.wrap(real_stdout)
+    try:
+        code = _run(argv)
+        sys.stdout.flush()
+    except (StdoutClosed, BrokenPipeError):
+        return _quiet_stdout(0)
+    except StdoutFailed as exc:
+        typer.echo(f"commsim: error: cannot write standard output: {exc}", err=True)
+        return _quiet_stdout(1)
+    except OSError as exc:
+        where = f" {exc.filename}:" if exc.filename else ""
+        typer.echo(f"commsim: error:{where} {reason(exc)}", err=True)
+        return 1
+    finally:
+        guarded, sys.stdout = sys.stdout, real_stdout
+        if guarded is not real_stdout:
+            try:
+                guarded.detach()  # leave the real stream open (closing the wrapper would close it)
+            except (OSError, ValueError):
+                pass
+    return code
+
+
+class StdoutClosed(Exception):
+    """The reader of standard output went away (``| head -1``): stop quietly, as Unix tools do.
+    Not an OSError, so that click's own EPIPE handling (exit 1) does not take it first."""
+
+
+class StdoutFailed(Exception):
+    """Writing standard output failed (a full disk, /dev/full, an I/O error); the reason."""
+
+
+class _GuardedStdout(io.TextIOWrapper):
+    """Standard output that says so when it is what failed, so that a full disk behind
+    ``> file`` is reported as standard output, not as an anonymous OSError."""
+
+    @classmethod
+    def wrap(cls, stream):
+        try:
+            stream.fileno()
+            stream.flush()
+            return cls(stream.buffer, encoding=stream.encoding, errors=stream.errors,
+                       line_buffering=stream.line_buffering)
+        except (AttributeError, OSError, ValueError):  # captured or replaced (tests): as it is
+            return stream
+
+    def write(self, text):
+        try:
+            return super().write(text)
+        except BrokenPipeError:
+            raise StdoutClosed() from None
+        except OSError as exc:
+            raise StdoutFailed(reason(exc)) from None
+
+    def flush(self):
+        try:
+            return super().flush()
+        except BrokenPipeError:
+            raise StdoutClosed() from None
+        except OSError as exc:
+            raise StdoutFailed(reason(exc)) from None
+
+
+def _run(argv: list[str] | None) -> int:
     cx = _click_exceptions()
     try:
         app(args=argv, prog_name="commsim", standalone_mode=False)
@@ -73,12 +143,25 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         typer.echo(f"commsim: error: {_one_line(exc)}", err=True)
         return 2
+    except EnvironmentFault as exc:
+        typer.echo(f"commsim: error: {_one_line(exc)}", err=True)
+        return 1
     except RunFailed as exc:
         typer.echo(f"commsim: run failed: {_one_line(exc)}", err=True)
         return 1
-    except BrokenPipeError:
-        return 0
     return 0
+
+
+def _quiet_stdout(code: int) -> int:
+    """Point standard output at /dev/null so that the interpreter's own flush at exit cannot
+    print a second error about the stream that already failed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (captured in tests)
+        pass
+    return code
 
 
 def entry() -> None:

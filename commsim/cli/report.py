@@ -32,7 +32,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 def report(
     out: Path = typer.Option(..., "--out", dir_okay=False, help="PDF file to write."),
     profile: Optional[Path] = o.ProfileOpt,
-    validation: Optional[Path] = typer.Option(None, "--validation", dir_okay=False,
+    validation: Optional[Path] = typer.Option(None, "--validation", dir_okay=False, readable=False,
                                               help="Validation result JSON (commsim validate) "
                                                    "for the predicted-vs-measured pages."),
     nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
@@ -60,11 +60,12 @@ def report(
     import time
 
     from commsim.analysis.compare import load_validation
-    from commsim.analysis.report import ReportOptions, build_report, write_report
+    from commsim.analysis.report import ReportOptions, build_report, check_outputs, write_report
     from commsim.errors import UserError
     from commsim.strategies import get_strategy
 
     t0 = time.perf_counter()
+    check_outputs(out, csv_dir=csv_dir, json_dir=json_dir, force=force)
     names = tuple(s.strip() for s in strategies.split(",") if s.strip())
     if not names:
         raise UserError("--strategies is empty")

@@ -26,11 +26,10 @@ def trace(
 ) -> None:
     from commsim.analysis.trace import trace_json
     from commsim.api import predict
-    from commsim.profile import atomic_write_text
+    from commsim.files import atomic_write_text, check_output
     from commsim.units import fmt_time
 
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
+    check_output(out, force=force)
     prof = o.load_profile(profile)
     result = predict(prof, strategy, nodes, scenario, timeline=True)
     atomic_write_text(out, trace_json(result), force=force)
