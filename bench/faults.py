@@ -10,8 +10,12 @@ Usage: ``python bench/faults.py [--cli-examples N] [--profile-examples N] [--ski
 2. Faults: run ``tests/test_faults.py`` under pytest with ``COMMSIM_FAULTS_LOG`` set, so every
    scenario (SIGKILL, link down, wrong master, port in use; on the emulated cluster when root)
    appends its figures, and read them back.
-3. Print one row per scenario and the summary: bad inputs tried, tracebacks seen, faults
-   injected, worst time to exit, orphans left, samples lost.
+3. Environment faults: run every scenario of ``tests/envfaults.py`` (each command and each
+   option that names a path, against a folder that cannot be made, a read-only or full file
+   system, a folder of another user, standard output full or closed, hostile inputs).
+4. Print one row per scenario and the summary: bad inputs tried, tracebacks seen, faults
+   injected, worst time to exit, orphans left, samples lost; environment faults tried,
+   tracebacks, partial files left.
 """
 from __future__ import annotations
 
@@ -124,18 +128,41 @@ def faults() -> tuple[list[dict], str, float]:
     return rows, summary, elapsed
 
 
+def environment() -> list[dict]:
+    """Run the environment-fault scenarios; one row each (skipped ones say why)."""
+    import envfaults
+
+    rows = []
+    for scenario in envfaults.scenarios():
+        why = envfaults.can_run(scenario)
+        if why:
+            rows.append({"scenario": scenario.name, "skipped": why})
+            continue
+        out = envfaults.run(scenario)
+        rows.append({"scenario": scenario.name, "skipped": None, "returncode": out.returncode,
+                     "seconds": out.seconds, "left": out.left,
+                     "traceback": "Traceback" in out.stderr,
+                     "problems": out.problems(envfaults.expected_name(scenario)),
+                     "message": " ".join(out.stderr.split())})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cli-examples", type=int, default=500,
                     help="argument lists per generator (two generators)")
     ap.add_argument("--profile-examples", type=int, default=500)
-    ap.add_argument("--skip-faults", action="store_true", help="fuzz only")
+    ap.add_argument("--skip-faults", action="store_true", help="no distributed-run faults")
+    ap.add_argument("--skip-environment", action="store_true", help="no environment faults")
     args = ap.parse_args()
 
     t0 = time.monotonic()
     counts = fuzz(args.cli_examples, args.profile_examples)
     fuzz_s = time.monotonic() - t0
     rows, summary, faults_s = ([], "skipped", 0.0) if args.skip_faults else faults()
+    t1 = time.monotonic()
+    env_rows = [] if args.skip_environment else environment()
+    env_s = time.monotonic() - t1
 
     print(f"fuzz: {counts['inputs']} inputs ({counts['refused']} refused with exit code 2) "
           f"in {fuzz_s:.1f} s")
@@ -152,6 +179,18 @@ def main() -> int:
                   f"  {r['orphans']:>7d}  {kept:>17s}  {msg}")
     elif not args.skip_faults:
         print(f"\nfault scenarios: none ran ({summary})")
+    ran = [r for r in env_rows if not r["skipped"]]
+    if env_rows:
+        print(f"\nenvironment faults (tests/envfaults.py, {env_s:.0f} s):")
+        width = max(len(r["scenario"]) for r in env_rows)
+        print(f"  {'scenario':{width}s}  exit  left  message")
+        for r in env_rows:
+            if r["skipped"]:
+                print(f"  {r['scenario']:{width}s}  skipped: {r['skipped']}")
+                continue
+            flag = "" if not r["problems"] else f"  PROBLEM: {'; '.join(r['problems'])}"
+            print(f"  {r['scenario']:{width}s}  {r['returncode']:>4d}  {len(r['left']):>4d}  "
+                  f"{r['message'][:100]}{flag}")
     print()
     print(f"bad inputs tried:    {counts['refused']} (of {counts['inputs']} generated; the "
           f"others were valid and ran)")
@@ -161,7 +200,13 @@ def main() -> int:
     print(f"worst time to exit:  {worst:.1f} s (bound 60 s)")
     print(f"orphans left:        {sum(r['orphans'] for r in rows)}")
     print(f"samples lost:        {sum(r['samples_lost'] for r in rows)}")
-    ok = counts["tracebacks"] == 0 and (args.skip_faults or "failed" not in summary)
+    if env_rows:
+        print(f"environment faults:  tried {len(ran)} ({len(env_rows) - len(ran)} skipped), "
+              f"tracebacks {sum(r['traceback'] for r in ran)}, partial files left "
+              f"{sum(len(r['left']) for r in ran)}, handled as expected "
+              f"{sum(not r['problems'] for r in ran)}")
+    ok = (counts["tracebacks"] == 0 and (args.skip_faults or "failed" not in summary)
+          and not any(r["problems"] for r in ran))
     return 0 if ok else 1
 
 
