@@ -18,12 +18,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from commsim.strategies import get_strategy  # noqa: E402
 from commsim.units import fmt_bytes, fmt_rate, fmt_time  # noqa: E402
 
 PAGE_IN = (11.0, 8.5)   # US letter, landscape
-STRATEGY_COLORS = {"single": "#444444", "ps": "#d62728", "ring": "#1f77b4", "ddp": "#2ca02c"}
-STRATEGY_LABELS = {"single": "single node", "ps": "gather/scatter (ps)",
-                   "ring": "all-reduce (ring)", "ddp": "DDP (buckets)"}
 PHASE_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#08519c"}
 PART_COLORS = {"compute": "#3182bd", "overlapped": "#9ecae1", "exposed": "#e6550d",
                "idle": "#d9d9d9"}
@@ -37,11 +35,11 @@ Column = tuple[str, str, Callable]   # (header, key, formatter)
 
 
 def _color(strategy: str) -> str:
-    return STRATEGY_COLORS.get(strategy, "#7f7f7f")
+    return get_strategy(strategy).color
 
 
 def _label(strategy: str) -> str:
-    return STRATEGY_LABELS.get(strategy, strategy)
+    return get_strategy(strategy).label
 
 
 def page(heading: str, caption: str) -> Figure:

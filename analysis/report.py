@@ -20,10 +20,10 @@ from commsim.api import Scenario
 from commsim.errors import UserError
 from commsim.files import check_output, write_files
 from commsim.profile import Profile
+from commsim.strategies import SEED_STRATEGIES
 from commsim.table import csv_text
 from commsim.units import fmt_bytes, fmt_rate, fmt_time
 
-STRATEGIES = ("single", "ps", "ring", "ddp")
 DEFAULT_NODES = (1, 2, 3, 4, 8, 16)
 DEFAULT_BATCH_SIZES = (16, 64, 128)   # 16 and 64: strong scaling's 16 and 4 nodes
 TITLE = "commsim report: communication cost of data-parallel training"
@@ -43,7 +43,7 @@ class ReportOptions:
                      make two otherwise equal reports differ).
     """
     nodes: tuple[int, ...] = DEFAULT_NODES
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = SEED_STRATEGIES
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     global_batch: int = tables.DEFAULT_GLOBAL_BATCH
     weak_batch: int = tables.DEFAULT_WEAK_BATCH

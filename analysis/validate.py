@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
 from commsim.spec import MiB, measured_cpu_efficiency
+from commsim.strategies import get_strategy
 from commsim.units import fmt_time
 
 
@@ -92,11 +93,6 @@ def error_pct(predicted_s: float, measured_s: float) -> float:
     return 100.0 * (predicted_s - measured_s) / measured_s
 
 
-# Strategies whose live runs time compute on a communication-free copy of the model (their sync
-# overlaps backward, so compute cannot be timed in the real loop): ``commsim live``'s DDP probe.
-PROBED_COMPUTE = ("ddp",)
-
-
 def communication_free_compute_s(profile: Profile, nodes: int, scenario: Scenario) -> float:
     """The simulator's counterpart of live's DDP compute probe: every rank computing at once on
     the same cluster with no communication beside it.
@@ -111,7 +107,7 @@ def compare(predicted: dict, measured: dict, *, rate_Bps: float | None = None,
             probe_compute_s: float | None = None) -> dict:
     """One row of the validation table from a ``predict --json`` and a ``live --json`` record.
 
-    ``probe_compute_s``: where live timed compute apart (``PROBED_COMPUTE``), the predicted
+    ``probe_compute_s``: where live timed compute apart (``Strategy.probed_compute``), the predicted
     compute defined the same way (``communication_free_compute_s``).  The compute/sync split of
     the row then compares like with like: exposed sync = iteration - that compute on both
     sides, so the slowdown of backward while buckets are in flight counts as sync, as live
@@ -216,7 +212,7 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
                                    measured.get("threads_per_rank") or 1, cores)
                 predicted = predict(profile, strategy, nodes, sc).to_dict()
                 probe = (communication_free_compute_s(profile, nodes, sc)
-                         if strategy in PROBED_COMPUTE else None)
+                         if get_strategy(strategy).probed_compute else None)
                 rows.append({**compare(predicted, measured, rate_Bps=rate,
                                        probe_compute_s=probe),
                              "variant": grid.variant})

@@ -61,6 +61,7 @@ from commsim.calibrate.cifar import SYNTHETIC_KINDS, load_dataset
 from commsim.calibrate.models import load_factory
 from commsim.calibrate.worker import set_threads
 from commsim.errors import UserError
+from commsim.strategies import get_strategy, live_strategy_names
 
 if TYPE_CHECKING:
     from commsim.calibrate.cluster import ClusterInfo
@@ -131,9 +132,9 @@ class LiveConfig:
 
     def validate(self, world_size: int) -> None:
         """Raise UserError naming the argument that makes this run impossible."""
-        if self.strategy not in STRATEGIES:
+        if self.strategy not in live_strategy_names():
             raise UserError(f"--strategy: {self.strategy!r} is not one of "
-                            f"{', '.join(STRATEGIES)}")
+                            f"{', '.join(live_strategy_names())}")
         if world_size < 1:
             raise UserError(f"--nodes: must be >= 1, got {world_size}")
         if self.strategy == "single" and world_size != 1:
@@ -172,7 +173,6 @@ class LiveConfig:
         only what ``commsim predict`` can predict (e.g. fp16 compression is DDP's comm hook, and
         ps averages over every rank through rank 0)."""
         from commsim.spec import ClusterSpec, RunSpec
-        from commsim.strategies import get_strategy
 
         nominal = ClusterSpec(hosts=world_size, nic_bandwidth_Bps=1e9, nic_latency_s=0.0,
                               cores_per_host=1.0)  # the checks never look at the link or cores
@@ -188,7 +188,8 @@ class LiveConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# Strategies: how gradients become identical on every rank.
+# Whom a rank averages with.  How it averages is its strategy's ``live_sync``
+# (``commsim.strategies``).
 # ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -219,46 +220,7 @@ def averaging_group(group_size: int | None, rank: int, world_size: int) -> Comm:
 
 
 def sync_none(model: nn.Module, comm: Comm) -> None:
-    """``single`` and ``ddp``: nothing to do after backward (DDP reduced inside backward)."""
-
-
-def sync_ps(model: nn.Module, comm: Comm) -> None:
-    """Parameter server through rank 0, per parameter (the seed report's listing 3)."""
-    for param in model.parameters():
-        if comm.rank == 0:
-            gradients = [torch.zeros_like(param.grad.data) for _ in range(comm.size)]
-            dist.gather(param.grad.data, gradients, dst=0)
-            mean = torch.mean(torch.stack(gradients), dim=0)
-            dist.scatter(param.grad.data, [mean for _ in range(comm.size)], src=0)
-        else:
-            dist.gather(param.grad.data, dst=0)
-            dist.scatter(param.grad.data, src=0)
-
-
-def sync_ring(model: nn.Module, comm: Comm) -> None:
-    """All-reduce (Gloo's ring) per parameter within the rank's group, then divide (the seed
-    report's listing 4).  A group of one has nothing to average (the simulator sends nothing)."""
-    if comm.size == 1:
-        return
-    for param in model.parameters():
-        dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM, group=comm.group)
-        param.grad.data /= comm.size
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """A way to synchronise: a function run between backward and step, and whether the model is
-    wrapped in DistributedDataParallel (which synchronises inside backward instead)."""
-    sync: Callable[[nn.Module, Comm], None]
-    ddp: bool = False
-
-
-STRATEGIES: dict[str, Strategy] = {
-    "single": Strategy(sync_none),
-    "ps": Strategy(sync_ps),
-    "ring": Strategy(sync_ring),
-    "ddp": Strategy(sync_none, ddp=True),
-}
+    """Nothing to synchronise: the compute probe's communication-free copy of the model."""
 
 
 class BucketTimer:
@@ -560,7 +522,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
     """
     cfg = LiveConfig.from_dict(config)
     cfg.validate(world_size)
-    strategy = STRATEGIES[cfg.strategy]
+    strategy = get_strategy(cfg.strategy)
     threads = pin_threads(cfg)
     batch = cfg.rank_batch(world_size)
     k = cfg.sync_every
@@ -575,7 +537,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
     net: nn.Module = model
     timer = None
     no_sync: Callable = contextlib.nullcontext
-    if strategy.ddp:
+    if strategy.wraps_ddp:
         from torch.nn.parallel import DistributedDataParallel
 
         net = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_mb,
@@ -596,7 +558,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         if cfg.exit_rank == rank and cfg.exit_iteration == i:
             os._exit(3)  # fault injection (tests): die without any goodbye to the peers
         batches_k = [next(stream) for _ in range(k)]
-        cycle = train_cycle(net, optimizer, criterion, batches_k, strategy.sync, comm,
+        cycle = train_cycle(net, optimizer, criterion, batches_k, strategy.live_sync, comm,
                             schedule.lr(i), no_sync)
         losses += cycle.pop("losses")
         cycles.append(cycle)
@@ -623,7 +585,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         "phases": phase, "loss": losses, "train_samples": len(train_set),
         "lr_schedule": schedule.to_dict(len(cycles)),
     }
-    if strategy.ddp:
+    if strategy.wraps_ddp:
         # Sync runs inside backward, overlapped: compute is measured on a comm-free twin.
         compute = probe_compute(model, batches_k, cfg.compute_probe_iterations, world_size,
                                 schedule.lr(len(cycles)))

@@ -101,7 +101,7 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
         {"rank": r, "finish_s": timing.finish_s[r] / k, "compute_s": timing.compute_s[r] / k,
          "comm_s": timing.comm_s[r] / k, "bytes_sent": timing.sent_bytes[r] / k,
          "bytes_received": timing.received_bytes[r] / k} for r in range(p))
-    ddp_buffers = (strategy.name == "ddp" and p > 1)
+    ddp_buffers = (strategy.broadcasts_buffers and p > 1)
     buffer_sent = (buffer_bytes * (p - 1) / p / k
                    if ddp_buffers and spec.broadcast_buffers else 0.0)
     startup = (model_bytes + buffer_bytes) * (p - 1) / p if ddp_buffers else 0.0

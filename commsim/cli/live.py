@@ -10,8 +10,6 @@ from commsim.cli import options as o
 from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 from commsim.limits import TIMEOUT_S
 
-STRATEGY_NAMES = ("single", "ps", "ring", "ddp")
-
 LrScalingOpt = typer.Option(None, "--lr-scaling", help="linear: lr = 0.1 x (samples one step "
                             "averages) / 256 (Goyal et al.); default: 0.1.")
 WarmupOpt = typer.Option(0, "--warmup-iters", min=0, help="Ramp the lr linearly from 0.1 to "
@@ -69,8 +67,10 @@ def live(
     from commsim.errors import UserError
     from commsim.files import atomic_write_text, check_output
 
-    if strategy not in STRATEGY_NAMES:
-        raise UserError(f"--strategy must be one of {', '.join(STRATEGY_NAMES)}, got "
+    from commsim.strategies import live_strategy_names
+
+    if strategy not in live_strategy_names():
+        raise UserError(f"--strategy must be one of {', '.join(live_strategy_names())}, got "
                         f"{strategy!r}")
     if global_batch is not None and batch_per_rank is not None:
         raise UserError("give --global-batch or --batch-per-rank, not both")

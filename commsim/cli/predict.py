@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.strategies import SEED_STRATEGIES
 
 
 def register(app: typer.Typer) -> None:
@@ -131,7 +132,7 @@ def predict(
 
 @o.with_scenario(o.HOMOGENEOUS)
 def sweep(
-    strategies: str = typer.Option("single,ps,ring,ddp", "--strategies",
+    strategies: str = typer.Option(",".join(SEED_STRATEGIES), "--strategies",
                                    help="Comma-separated strategies."),
     nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
                               help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.strategies import SEED_STRATEGIES
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +38,7 @@ def report(
                                                    "for the predicted-vs-measured pages."),
     nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
                               help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),
-    strategies: str = typer.Option("single,ps,ring,ddp", "--strategies",
+    strategies: str = typer.Option(",".join(SEED_STRATEGIES), "--strategies",
                                    help="Comma-separated strategies."),
     batch_sizes: str = typer.Option("16,64,128", "--batch-sizes",
                                     help="Samples per rank for the compute/communication and "

@@ -61,10 +61,13 @@ _EIGEN_RTOL = 1e-12
 
 def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> str | None:
     """Why the fast engine cannot reproduce the DES exactly for ``spec``; None if it can."""
+    from commsim.strategies import get_strategy
+
     c = spec.cluster
+    strategy = get_strategy(spec.strategy)
     if timeline:
         return "it does not record a timeline"
-    if spec.strategy not in ("single", "ps", "ring", "ddp"):
+    if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
     if c.cpu_efficiency:
         return "it does not model a CPU efficiency curve"
@@ -77,7 +80,7 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return "ranks sharing one CPU pool interleave at event granularity"
     if c.ranks_per_host > 1:
         # At most one compute job and (DDP) one Gloo reduction per rank run at a time.
-        per_rank = max(costs.threads_per_rank, 1) + (1 if spec.strategy == "ddp" else 0)
+        per_rank = max(costs.threads_per_rank, 1) + (1 if strategy.overlaps_backward else 0)
         if c.ranks_per_host * per_rank > c.cores_per_host:
             return (f"{c.ranks_per_host} ranks per host can oversubscribe its "
                     f"{c.cores_per_host:g} cores")
@@ -85,7 +88,7 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     # communicate at once; the others do one or the other, so only co-located ranks' compute
     # can overlap a message (none with one rank per host).
     threads = max(costs.threads_per_rank, 1)
-    others = c.ranks_per_host if spec.strategy == "ddp" else c.ranks_per_host - 1
+    others = c.ranks_per_host if strategy.overlaps_backward else c.ranks_per_host - 1
     runnable = others * threads + c.ranks_per_host   # plus one communicating thread per rank
     peak = others * threads / c.cores_per_host if runnable > c.cores_per_host else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
@@ -100,9 +103,9 @@ def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
     if reason is not None:
         raise UserError(f"--engine fast cannot model this run exactly: {reason}; "
                         "use --engine auto or des")
-    lay = _layout(spec, costs)
-    run = _PS if spec.strategy == "ps" else _ring_like
-    return run(spec, costs, lay)
+    from commsim.strategies import get_strategy
+
+    return get_strategy(spec.strategy).fast(spec, costs, _layout(spec, costs))
 
 
 # -- the cluster as arrays -------------------------------------------------------------------------
@@ -264,7 +267,7 @@ def _buffer_broadcast(spec: RunSpec, costs: CostInputs):
     per host rx); level by level, O(p log p)."""
     c = spec.cluster
     p, n = spec.world_size, float(costs.buffer_bytes)
-    if spec.strategy != "ddp" or not spec.broadcast_buffers or p <= 1 or n <= 0:
+    if not spec.broadcast_buffers or p <= 1 or n <= 0:
         return 0.0, None, None, None
     host = np.arange(p) // c.ranks_per_host
     bw = _host_bandwidths(c)
@@ -290,16 +293,20 @@ def _buffer_broadcast(spec: RunSpec, costs: CostInputs):
     return float(busy.max()), sent, tx, rx
 
 
-def _ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
-    """single, ring (every tensor after backward) and ddp (buckets overlapping backward)."""
+def ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout, *, buckets: bool,
+              broadcast_buffers: bool = False) -> Timing:
+    """Ring all-reduces: every tensor after backward (single, ring), or with ``buckets`` DDP's
+    buckets overlapping backward, after the buffer broadcast when ``broadcast_buffers``."""
     p, f, a = lay.p, lay.factor, lay.a
-    t0, buf_sent, buf_tx, buf_rx = _buffer_broadcast(spec, costs)
+    no_broadcast = (0.0, None, None, None)
+    t0, buf_sent, buf_tx, buf_rx = (_buffer_broadcast(spec, costs) if broadcast_buffers
+                                    else no_broadcast)
     forward = t0 + costs.forward_s * f / a
     backward_work = costs.backward_s * f
     backward_end = forward + backward_work / a
     optimizer = costs.optimizer_s * f / a
     comm = np.zeros(lay.size)
-    if spec.strategy == "ddp":
+    if buckets:
         # Reductions compete with backward only if they can start before it ends.
         compete = spec.overlap and lay.r < lay.a
         end = forward
@@ -346,7 +353,7 @@ def _ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
     return _timing(p, finish, compute, comm, sent, received, tx, rx)
 
 
-def _PS(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
+def parameter_server(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
     """Gather to rank 0, mean there, scatter, tensor by tensor (``gather_mean_scatter``)."""
     c = spec.cluster
     p = lay.p

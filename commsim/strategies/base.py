@@ -1,12 +1,20 @@
 """The one small interface every sync strategy implements, and the registry of them by CLI name.
 
-A strategy describes one training iteration twice:
+A strategy is one module, and everything about it is reached through ``get_strategy(name)``:
 
 * ``rank_process(ctx, rank)``: a simpy generator for one rank, run by the discrete-event engine
   (any cluster: stragglers, slow links, shared NICs and cores);
-* ``analytic(spec, costs)``: the closed form of the same iteration on a homogeneous cluster.
+* ``analytic(spec, costs)``: the closed form of the same iteration on a homogeneous cluster;
+* ``fast(spec, costs, layout)``: the fast engine's recurrence (``commsim.sim.fast``), where the
+  strategy has one;
+* ``live_sync(model, comm)``: what ``commsim live`` runs between backward and the optimizer step
+  (torch is imported inside), and the flags live and validation read (``live``, ``wraps_ddp``,
+  ``probed_compute``);
+* ``label`` and ``color``: how tables and plots name and draw it.
 
-The two must agree exactly where both apply; ``tests/test_closed_form.py`` holds them to it.
+The engines must agree exactly where they apply; ``tests/test_closed_form.py`` and
+``tests/test_fast_engine.py`` hold them to it.  Adding a strategy is one new module, imported in
+``commsim/strategies/__init__.py``, plus its tests.
 """
 from __future__ import annotations
 
@@ -35,6 +43,19 @@ class Timing:
 class Strategy(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
+    label: ClassVar[str]                   # tables and plot legends
+    color: ClassVar[str] = "#7f7f7f"       # plots
+    # Its reductions run on the Gloo thread while backward computes (DDP): one more runnable
+    # thread per rank, competing with compute for the host's cores.
+    overlaps_backward: ClassVar[bool] = False
+    # It broadcasts the model's buffers (batch-norm statistics) from rank 0 before forward.
+    broadcasts_buffers: ClassVar[bool] = False
+    # ``commsim live`` can run it; it wraps the model in DistributedDataParallel there.
+    live: ClassVar[bool] = False
+    wraps_ddp: ClassVar[bool] = False
+    # Live times its compute on a communication-free copy of the model (its sync overlaps
+    # backward, so the real loop cannot separate them); validation predicts the same quantity.
+    probed_compute: ClassVar[bool] = False
 
     @abstractmethod
     def rank_process(self, ctx, rank: int):
@@ -43,6 +64,19 @@ class Strategy(ABC):
     @abstractmethod
     def analytic(self, spec: RunSpec, costs: CostInputs) -> Timing:
         """Closed form of one iteration on a homogeneous cluster, one rank per host."""
+
+    def fast(self, spec: RunSpec, costs: CostInputs, layout) -> Timing:
+        """The fast engine's answer (``commsim.sim.fast``); strategies without one keep this."""
+        raise NotImplementedError
+
+    @property
+    def has_fast(self) -> bool:
+        return type(self).fast is not Strategy.fast
+
+    def live_sync(self, model, comm) -> None:
+        """``commsim live``: synchronise gradients after backward.  ``comm`` has the rank's
+        ``rank``, the ``size`` of its averaging group and the torch process ``group`` (None:
+        all ranks).  Default: nothing (one rank, or DDP, which reduced inside backward)."""
 
     def bus_factor(self, p: int) -> float:
         """busbw / algbw for this strategy's synchronisation (nccl-tests convention)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from commsim import closed_form as cf
 from commsim.errors import UserError
+from commsim.sim import fast
 from commsim.sim.collectives import ALLREDUCE, broadcast_buffers
 from commsim.strategies.base import (Strategy, accumulate, accumulation_s, register,
                                      require_uniform_bytes, uniform_timing)
@@ -27,7 +28,14 @@ from commsim.strategies.base import (Strategy, accumulate, accumulation_s, regis
 class DistributedDataParallel(Strategy):
     name = "ddp"
     summary = "bucketed ring all-reduce overlapping backward (PyTorch DDP)"
+    label = "DDP (buckets)"
+    color = "#2ca02c"
     algorithms = cf.ALLREDUCE_ALGORITHMS
+    overlaps_backward = True
+    broadcasts_buffers = True
+    live = True
+    wraps_ddp = True
+    probed_compute = True
 
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
@@ -76,6 +84,10 @@ class DistributedDataParallel(Strategy):
             else:
                 yield from allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}",
                                      ranks=group)
+
+    def fast(self, spec, costs, layout):
+        return fast.ring_like(spec, costs, layout, buckets=True,
+                              broadcast_buffers=self.broadcasts_buffers)
 
     def analytic(self, spec, costs):
         """Max-plus recursion over buckets: a bucket starts when it is ready and the previous one

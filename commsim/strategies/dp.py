@@ -48,6 +48,8 @@ def _from_all(ctx, name: str, nbytes: float, add: bool = False):
 class DataParallel(Strategy):
     name = "dp"
     summary = "single-server DataParallel: scatter, replicate, gather, reduce through device 0"
+    label = "DataParallel (dp)"
+    color = "#9467bd"
 
     def bus_factor(self, p):
         return cf.ps_bus_factor(p)

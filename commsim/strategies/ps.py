@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from commsim import closed_form as cf
 from commsim.errors import UserError
+from commsim.sim import fast
 from commsim.sim.collectives import GATHER_SCATTER
 from commsim.strategies.base import (Strategy, Timing, accumulation_s, forward_backward,
                                      register)
@@ -21,7 +22,10 @@ from commsim.strategies.base import (Strategy, Timing, accumulation_s, forward_b
 class ParameterServer(Strategy):
     name = "ps"
     summary = "per-parameter gather to rank 0, mean, scatter"
+    label = "gather/scatter (ps)"
+    color = "#d62728"
     algorithms = ("linear", "binomial")
+    live = True
 
     def bus_factor(self, p):
         return cf.ps_bus_factor(p)
@@ -39,6 +43,24 @@ class ParameterServer(Strategy):
             yield from sync(ctx, rank, nbytes, name=f"gather+scatter p{i}")
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
+
+    def fast(self, spec, costs, layout):
+        return fast.parameter_server(spec, costs, layout)
+
+    def live_sync(self, model, comm):
+        """Parameter server through rank 0, per parameter (the seed report's listing 3)."""
+        import torch
+        import torch.distributed as dist
+
+        for param in model.parameters():
+            if comm.rank == 0:
+                gradients = [torch.zeros_like(param.grad.data) for _ in range(comm.size)]
+                dist.gather(param.grad.data, gradients, dst=0)
+                mean = torch.mean(torch.stack(gradients), dim=0)
+                dist.scatter(param.grad.data, [mean for _ in range(comm.size)], src=0)
+            else:
+                dist.gather(param.grad.data, dst=0)
+                dist.scatter(param.grad.data, src=0)
 
     def analytic(self, spec, costs):
         p = spec.world_size

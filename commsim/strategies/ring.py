@@ -12,6 +12,7 @@ from __future__ import annotations
 from commsim import closed_form as cf
 from commsim.sim.collectives import ALLREDUCE
 from commsim.errors import UserError
+from commsim.sim import fast
 from commsim.strategies.base import (Strategy, accumulation_s, forward_backward, register,
                                      require_uniform_bytes, uniform_timing)
 
@@ -20,7 +21,10 @@ from commsim.strategies.base import (Strategy, accumulation_s, forward_backward,
 class Ring(Strategy):
     name = "ring"
     summary = "per-parameter ring all-reduce after backward, then divide"
+    label = "all-reduce (ring)"
+    color = "#1f77b4"
     algorithms = cf.ALLREDUCE_ALGORITHMS
+    live = True
 
     def bus_factor(self, p):
         return cf.allreduce_bus_factor(p)
@@ -38,6 +42,20 @@ class Ring(Strategy):
             yield from allreduce(ctx, rank, nbytes, name=f"all_reduce p{i}", ranks=group)
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
+
+    def fast(self, spec, costs, layout):
+        return fast.ring_like(spec, costs, layout, buckets=False)
+
+    def live_sync(self, model, comm):
+        """All-reduce (Gloo's ring) per parameter within the rank's group, then divide (the
+        seed report's listing 4).  A group of one has nothing to average (nothing is sent)."""
+        import torch.distributed as dist
+
+        if comm.size == 1:
+            return
+        for param in model.parameters():
+            dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM, group=comm.group)
+            param.grad.data /= comm.size
 
     def analytic(self, spec, costs):
         p = spec.group_size or spec.world_size

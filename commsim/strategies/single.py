@@ -5,6 +5,7 @@ Steps: forward, backward, optimizer step.  The reference every speedup is measur
 from __future__ import annotations
 
 from commsim.errors import UserError
+from commsim.sim import fast
 from commsim.strategies.base import (Strategy, accumulation_s, forward_backward, register,
                                      uniform_timing)
 
@@ -13,6 +14,9 @@ from commsim.strategies.base import (Strategy, accumulation_s, forward_backward,
 class Single(Strategy):
     name = "single"
     summary = "one rank, whole global batch, no communication"
+    label = "single node"
+    color = "#444444"
+    live = True
 
     def check(self, spec):
         if spec.world_size != 1:
@@ -23,6 +27,9 @@ class Single(Strategy):
         yield from forward_backward(ctx, rank)
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
+
+    def fast(self, spec, costs, layout):
+        return fast.ring_like(spec, costs, layout, buckets=False)
 
     def analytic(self, spec, costs):
         compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
