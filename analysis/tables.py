@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from commsim.api import Scenario, predict
-from commsim.profile import Profile
+from commsim.profile import PHASES, Profile
 from commsim.result import Result
+from commsim.spec import DEFAULT_GLOBAL_BATCH
 
 STRONG, WEAK = "strong", "weak"
-DEFAULT_GLOBAL_BATCH = 256   # the seed assignment's total batch
 DEFAULT_WEAK_BATCH = 64      # its per-node batch on 4 nodes
 
 
@@ -228,8 +228,6 @@ def bandwidth_table(runs: Runs, strategies: Sequence[str], nodes: Sequence[int],
 # ----------------------------------------------------------------------------------------------
 # Compute vs batch size
 # ----------------------------------------------------------------------------------------------
-
-PHASES = ("forward", "backward", "optimizer")
 
 
 def compute_table(profile: Profile) -> list[dict]:

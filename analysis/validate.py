@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
-from commsim.spec import MiB, measured_cpu_efficiency
+from commsim.spec import DEFAULT_GLOBAL_BATCH, MiB, measured_cpu_efficiency
 from commsim.strategies import get_strategy
 from commsim.units import fmt_time
 
@@ -44,7 +44,7 @@ class ValidationGrid:
     nodes: tuple[int, ...] = (2, 3, 4)
     rates_Bps: tuple[float, ...] = ()
     iterations: int = 10
-    global_batch: int = 256
+    global_batch: int = DEFAULT_GLOBAL_BATCH
     batch_per_rank: int | None = None
     bucket_mb: float = 25.0
     model: str | None = None

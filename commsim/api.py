@@ -8,52 +8,34 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from commsim.costs import cost_inputs
-from commsim.limits import LATENCY_S, LINK_RATE_BPS, RANKS, SIZE_BYTES
+from commsim.errors import UserError
+from commsim.limits import BUCKET_MIB, LATENCY_S, LINK_RATE_BPS, RANKS, SIZE_BYTES
 from commsim.profile import Profile
 from commsim.result import Result
 from commsim.simulate import simulate
-from commsim.spec import MiB, RunSpec, default_cluster
+from commsim.spec import (DDP_BUCKET_BYTES, DEFAULT_GLOBAL_BATCH, MiB, RunSpec, Workload,
+                          default_cluster)
 from commsim.strategies import REGISTRY, get_strategy
+from commsim.units import parse_rate_Bps, parse_time_s
 
 
 @dataclass(frozen=True)
-class Scenario:
-    """A user's question, independent of strategy and node count (the sweep's fixed part).
+class Scenario(Workload):
+    """A user's question, independent of strategy and node count (the sweep's fixed part): a
+    ``Workload`` (batch, buckets, algorithm, aggregation, groups, compression, stragglers) plus
+    the cluster what-ifs:
 
-    global_batch / batch_per_rank: strong (default 256 over all ranks) or weak scaling.
-    bucket_bytes:        DDP bucket cap.
-    first_bucket_bytes:  cap of DDP's first (earliest-ready) bucket; None = PyTorch's 1 MiB, what
-                         DDP uses with its default cap.  PyTorch 2.13 caps the first bucket at
-                         ``bucket_cap_mb`` too when that is given explicitly.
     bandwidth_Bps / latency_s: what-if link (None = the profile's fitted link).
     ranks_per_host, cores_per_host, shared_cpu_cores: host layout (None = like calibrated).
-    stragglers:          rank -> compute slowdown factor.
     slow_links_Bps:      host -> NIC bandwidth.
-    overlap:             DDP overlaps communication with backward (False: what-if without).
-    algorithm:           collective algorithm (None: the strategy's default).
-    sync_every:          local gradient aggregation: sync every k iterations.
-    group_size:          average within groups of g ranks (None: all).
-    compression:         DDP gradient compression (None or "fp16").
-    broadcast_buffers:   DDP broadcasts batch-norm buffers before every forward.
     cpu_efficiency:      (busy threads, efficiency) points of a shared CPU (see ClusterSpec).
     """
-    global_batch: int | None = 256
-    batch_per_rank: int | None = None
-    bucket_bytes: int = 25 * MiB
-    first_bucket_bytes: int | None = None
     bandwidth_Bps: float | None = None
     latency_s: float | None = None
     ranks_per_host: int = 1
     cores_per_host: float | None = None
     shared_cpu_cores: float | None = None
-    stragglers: Mapping[int, float] = field(default_factory=dict)
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
-    overlap: bool = True
-    algorithm: str | None = None
-    sync_every: int = 1
-    group_size: int | None = None
-    compression: str | None = None
-    broadcast_buffers: bool = True
     cpu_efficiency: tuple = ()
 
 
@@ -65,15 +47,82 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
                               shared_cpu_cores=scenario.shared_cpu_cores,
                               slow_links_Bps=scenario.slow_links_Bps,
                               cpu_efficiency=scenario.cpu_efficiency)
-    return RunSpec(strategy=strategy, cluster=cluster,
-                   global_batch=None if scenario.batch_per_rank else scenario.global_batch,
-                   batch_per_rank=scenario.batch_per_rank, bucket_bytes=scenario.bucket_bytes,
-                   first_bucket_bytes=scenario.first_bucket_bytes or RunSpec.first_bucket_bytes,
-                   overlap=scenario.overlap, algorithm=scenario.algorithm,
-                   sync_every=scenario.sync_every, group_size=scenario.group_size,
-                   compression=scenario.compression,
-                   broadcast_buffers=scenario.broadcast_buffers,
-                   stragglers=dict(scenario.stragglers))
+    workload = scenario.workload()
+    if scenario.batch_per_rank:  # weak scaling wins over the default global batch
+        workload["global_batch"] = None
+    workload["stragglers"] = dict(scenario.stragglers)
+    return RunSpec(strategy=strategy, cluster=cluster, **workload)
+
+
+def scenario(*, global_batch: int | None = None, batch_per_rank: int | None = None,
+             bucket_mb: float | None = None, bandwidth=None, latency=None,
+             ranks_per_host: int = 1, cores_per_host: float | None = None,
+             shared_cpu_cores: float | None = None, straggler=None, slow_link=None,
+             no_overlap: bool = False, algorithm: str | None = None, sync_every: int = 1,
+             group_size: int | None = None, compress: str | None = None,
+             no_buffer_broadcast: bool = False) -> Scenario:
+    """A ``Scenario`` from the options as a user gives them, by their CLI names: rates and
+    times as text with units (``"10gbit"``, ``"50us"``) or numbers in bytes/s and seconds;
+    ``straggler`` and ``slow_link`` as ``{rank: factor}`` / ``{host: rate}`` or the CLI's
+    ``"RANK:FACTOR"`` strings.  The CLI and ``commsim.predict`` build their question here."""
+    if global_batch is not None and batch_per_rank is not None:
+        raise UserError("give --global-batch or --batch-per-rank, not both")
+    cap = None if bucket_mb is None else max(1, round(BUCKET_MIB.check(bucket_mb) * MiB))
+    for name, value in (("--cores-per-host", cores_per_host),
+                        ("--shared-cpu-cores", shared_cpu_cores)):
+        if value is not None and (not value > 0 or value == float("inf")):
+            raise UserError(f"{name} must be positive, got {value}")
+    return Scenario(
+        global_batch=None if batch_per_rank else (global_batch or DEFAULT_GLOBAL_BATCH),
+        batch_per_rank=batch_per_rank, bucket_bytes=cap or DDP_BUCKET_BYTES,
+        first_bucket_bytes=cap,
+        bandwidth_Bps=None if bandwidth is None else _quantity(bandwidth, parse_rate_Bps),
+        latency_s=None if latency is None else _quantity(latency, parse_latency_s),
+        ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
+        shared_cpu_cores=shared_cpu_cores,
+        stragglers=_pairs(straggler, "straggler", _factor),
+        slow_links_Bps=_pairs(slow_link, "slow-link", lambda v: _quantity(v, parse_rate_Bps)),
+        overlap=not no_overlap, algorithm=algorithm, sync_every=sync_every,
+        group_size=group_size, compression=compress,
+        broadcast_buffers=not no_buffer_broadcast)
+
+
+def parse_latency_s(text: str) -> float:
+    """A latency: like ``parse_time_s``, and zero may be written without a unit."""
+    if str(text).strip() in ("0", "0s", "0us", "0ms"):
+        return 0.0
+    return parse_time_s(text)
+
+
+def _quantity(value, parse) -> float:
+    """Text with a unit goes through ``parse``; a number is already in SI units."""
+    if isinstance(value, str):
+        return parse(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"expected a number or text with a unit, got {value!r}")
+    return float(value)
+
+
+def _pairs(values, what: str, parse_value) -> dict[int, float]:
+    if isinstance(values, Mapping):
+        return {int(k): parse_value(v) for k, v in values.items()}
+    out: dict[int, float] = {}
+    for text in values or ():
+        key, sep, value = str(text).partition(":")
+        if not sep or not key.strip().isdigit():
+            raise UserError(f"--{what} takes INDEX:VALUE, got {text!r}")
+        out[int(key)] = parse_value(value)
+    return out
+
+
+def _factor(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UserError(f"straggler factor must be a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise UserError(f"straggler factor must be positive and finite, got {text!r}")
+    return value
 
 
 def predict(profile: Profile, strategy: str, nodes: int, scenario: Scenario = Scenario(), *,

@@ -92,7 +92,7 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         param_bytes=tuple(p.bytes for p in profile.params),
         grad_ready_fraction=profile.grad_ready_fraction,
         buckets=assign_buckets(profile.params, profile.grad_ready_fraction,
-                               spec.bucket_bytes, spec.first_bucket_bytes),
+                               spec.bucket_bytes, spec.first_bucket_cap),
         buffer_bytes=profile.buffer_bytes,
         wire_factor=wire_factors(profile),
         input_shape=tuple(profile.input_shape),

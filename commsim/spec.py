@@ -7,16 +7,20 @@ batch configuration.  Units are in the field names; conversion from user text ha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 from commsim.errors import UserError
 from commsim.limits import (COMPUTE_FACTOR, CORES, HOSTS, LATENCY_S, LINK_RATE_BPS, RANKS,
                             RANKS_PER_HOST, SAMPLES, SIZE_BYTES, SYNC_EVERY)
-from commsim.profile import Profile
+from commsim.profile import PHASES, Profile
 
 MiB = 1024 * 1024
 CIFAR10_TRAIN_SAMPLES = 50_000
+DEFAULT_GLOBAL_BATCH = 256          # the seed assignment's total batch
+DEFAULT_MODEL = "commsim.calibrate.models:vgg11_cifar"   # its VGG-11 for CIFAR-10
+DDP_BUCKET_BYTES = 25 * MiB         # DistributedDataParallel's bucket_cap_mb default
+DDP_FIRST_BUCKET_BYTES = 1 * MiB    # its first bucket, with the default cap
 
 
 @dataclass(frozen=True)
@@ -85,16 +89,18 @@ class ClusterSpec:
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One strategy on one cluster.
+class Workload:
+    """What one iteration does, on whatever cluster: the part of the user's question that a
+    ``RunSpec`` (one strategy on one cluster) and an ``api.Scenario`` (a what-if across strategies
+    and node counts) share.  Declared once; both inherit it.
 
-    strategy:             registered name (``single``, ``ps``, ``ring``, ``ddp``).
-    cluster:              the hosts, NICs and cores.
-    global_batch:         samples per iteration over all ranks (strong scaling), or None.
-    batch_per_rank:       samples per rank per iteration (weak scaling), or None.
-                          Exactly one of the two is given.
+    global_batch:         samples per iteration over all ranks (strong scaling, default 256).
+    batch_per_rank:       samples per rank per iteration (weak scaling); a RunSpec takes exactly
+                          one of the two, a Scenario lets this one win.
     bucket_bytes:         DDP bucket cap (PyTorch's bucket_cap_mb, default 25 MiB).
-    first_bucket_bytes:   DDP's first (earliest-ready) bucket cap, 1 MiB in PyTorch.
+    first_bucket_bytes:   DDP's first (earliest-ready) bucket cap; None = PyTorch's 1 MiB, what
+                          DDP uses with its default cap (PyTorch 2.13 caps the first bucket at
+                          ``bucket_cap_mb`` too when that is given explicitly).
     overlap:              DDP only: False launches every bucket after backward ends (what-if).
     algorithm:            the collective algorithm (None: the strategy's default; ring/ddp:
                           ring, recursive_doubling, rabenseifner, tree, hierarchical; ps:
@@ -108,14 +114,11 @@ class RunSpec:
     broadcast_buffers:    DDP broadcasts the model's buffers (batch-norm statistics) from rank 0
                           before every forward (PyTorch's default, True).
     stragglers:           rank -> compute slowdown factor (> 1 is slower).
-    dataset_samples:      samples in one epoch (CIFAR-10 train: 50,000).
     """
-    strategy: str
-    cluster: ClusterSpec
-    global_batch: int | None = 256
+    global_batch: int | None = DEFAULT_GLOBAL_BATCH
     batch_per_rank: int | None = None
-    bucket_bytes: int = 25 * MiB
-    first_bucket_bytes: int = 1 * MiB
+    bucket_bytes: int = DDP_BUCKET_BYTES
+    first_bucket_bytes: int | None = None
     overlap: bool = True
     algorithm: str | None = None
     sync_every: int = 1
@@ -123,6 +126,26 @@ class RunSpec:
     compression: str | None = None
     broadcast_buffers: bool = True
     stragglers: Mapping[int, float] = field(default_factory=dict)
+
+    def workload(self) -> dict:
+        """The shared fields and their values (to build one layer from the other)."""
+        return {f.name: getattr(self, f.name) for f in fields(Workload)}
+
+    @property
+    def first_bucket_cap(self) -> int:
+        return self.first_bucket_bytes or DDP_FIRST_BUCKET_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(Workload):
+    """One strategy on one cluster: a ``Workload`` plus
+
+    strategy:             registered name (``single``, ``ps``, ``ring``, ``ddp``, ``dp``).
+    cluster:              the hosts, NICs and cores.
+    dataset_samples:      samples in one epoch (CIFAR-10 train: 50,000).
+    """
+    strategy: str
+    cluster: ClusterSpec
     dataset_samples: int = CIFAR10_TRAIN_SAMPLES
 
     def __post_init__(self):
@@ -138,9 +161,9 @@ class RunSpec:
             _check_int("batch per rank", self.batch_per_rank, 1)
             SAMPLES.check(self.batch_per_rank, "--batch-per-rank")
         _check_int("bucket size", self.bucket_bytes, 1)
-        _check_int("first bucket size", self.first_bucket_bytes, 1)
+        _check_int("first bucket size", self.first_bucket_cap, 1)
         SIZE_BYTES.check(self.bucket_bytes, "--bucket-mb")
-        SIZE_BYTES.check(self.first_bucket_bytes, "first bucket size")
+        SIZE_BYTES.check(self.first_bucket_cap, "first bucket size")
         _check_int("dataset samples", self.dataset_samples, 1)
         _check_int("--sync-every", self.sync_every, 1)
         SYNC_EVERY.check(self.sync_every)
@@ -269,7 +292,7 @@ def _efficiency(profile: Profile, measured, sharing: float, batch: float | None)
     sizes = tuple(measured["batch_sizes"])
     alone = loaded = 0.0
     for b in sizes if batch is None else (batch,):
-        for phase in ("forward", "backward", "optimizer"):
+        for phase in PHASES:
             alone += profile.compute.time_s(phase, b)
             loaded += interpolate(sizes, tuple(measured[f"{phase}_s"]), b)
     if not (alone > 0 and loaded > 0):

@@ -12,17 +12,16 @@ import typer
 
 from commsim.api import Scenario
 from commsim.errors import UserError
-from commsim.limits import BUCKET_MIB, HOSTS
+from commsim.limits import HOSTS
 from commsim.profile import Profile, load, load_default
-from commsim.spec import MiB
-from commsim.units import parse_rate_Bps, parse_time_s
+from commsim.spec import DEFAULT_GLOBAL_BATCH
 
 ProfileOpt = typer.Option(None, "--profile", help="Profile JSON from 'commsim calibrate' "
                           "(default: the bundled profile).", dir_okay=False,
                           readable=False)  # commsim.files reads it: exit 1 when unreadable
 GlobalBatchOpt = typer.Option(None, "--global-batch", min=1,
                               help="Samples per iteration over all ranks (strong scaling; "
-                                   "default 256).")
+                                   f"default {DEFAULT_GLOBAL_BATCH}).")
 BatchPerRankOpt = typer.Option(None, "--batch-per-rank", min=1,
                                help="Samples per rank per iteration (weak scaling).")
 BucketOpt = typer.Option(25.0, "--bucket-mb", help="DDP bucket cap in MiB (bucket_cap_mb).")
@@ -67,55 +66,11 @@ def load_profile(path: Optional[Path]) -> Profile:
     return load_default() if path is None else load(path)
 
 
-def _pairs(values, what: str, parse_value) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for text in values or ():
-        key, sep, value = text.partition(":")
-        if not sep or not key.strip().isdigit():
-            raise UserError(f"--{what} takes INDEX:VALUE, got {text!r}")
-        out[int(key)] = parse_value(value)
-    return out
+def scenario(**options) -> Scenario:
+    """The shared options as one ``Scenario`` (``commsim.api.scenario`` parses them)."""
+    from commsim.api import scenario as build
 
-
-def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"straggler factor must be a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise UserError(f"straggler factor must be positive and finite, got {text!r}")
-    return value
-
-
-def scenario(*, global_batch=None, batch_per_rank=None, bucket_mb=None, bandwidth=None,
-             latency=None, ranks_per_host=1, cores_per_host=None, shared_cpu_cores=None,
-             straggler=None, slow_link=None, no_overlap=False, algorithm=None, sync_every=1,
-             group_size=None, compress=None, no_buffer_broadcast=False) -> Scenario:
-    if global_batch is not None and batch_per_rank is not None:
-        raise UserError("give --global-batch or --batch-per-rank, not both")
-    cap = None if bucket_mb is None else max(1, round(BUCKET_MIB.check(bucket_mb) * MiB))
-    for name, value in (("--cores-per-host", cores_per_host),
-                        ("--shared-cpu-cores", shared_cpu_cores)):
-        if value is not None and (not value > 0 or value == float("inf")):
-            raise UserError(f"{name} must be positive, got {value}")
-    return Scenario(
-        global_batch=None if batch_per_rank else (global_batch or 256),
-        batch_per_rank=batch_per_rank, bucket_bytes=cap or Scenario.bucket_bytes, first_bucket_bytes=cap,
-        bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
-        latency_s=None if latency is None else parse_latency(latency),
-        ranks_per_host=ranks_per_host, cores_per_host=cores_per_host,
-        shared_cpu_cores=shared_cpu_cores,
-        stragglers=_pairs(straggler, "straggler", _factor),
-        slow_links_Bps=_pairs(slow_link, "slow-link", parse_rate_Bps),
-        overlap=not no_overlap, algorithm=algorithm, sync_every=sync_every,
-        group_size=group_size, compression=compress,
-        broadcast_buffers=not no_buffer_broadcast)
-
-
-def parse_latency(text: str) -> float:
-    if text.strip() in ("0", "0s", "0us", "0ms"):
-        return 0.0
-    return parse_time_s(text)
+    return build(**options)
 
 
 def parse_nodes(text: str) -> list[int]:

@@ -58,7 +58,7 @@ def algorithms(
     latency: Optional[str] = o.LatencyOpt,
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    from commsim.api import rank_allreduce_algorithms
+    from commsim.api import parse_latency_s, rank_allreduce_algorithms
     from commsim.table import text_table
     from commsim.units import fmt_bytes, fmt_time, parse_rate_Bps, parse_size_bytes
 
@@ -66,7 +66,7 @@ def algorithms(
     rows = rank_allreduce_algorithms(
         prof, parse_size_bytes(size), nodes,
         bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
-        latency_s=None if latency is None else o.parse_latency(latency))
+        latency_s=None if latency is None else parse_latency_s(latency))
     if json_out:
         typer.echo(o.dumps(rows))
         return

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.spec import DEFAULT_GLOBAL_BATCH
 from commsim.strategies import SEED_STRATEGIES
 
 
@@ -43,7 +44,7 @@ def report(
     batch_sizes: str = typer.Option("16,64,128", "--batch-sizes",
                                     help="Samples per rank for the compute/communication and "
                                          "bandwidth pages."),
-    global_batch: int = typer.Option(256, "--global-batch", min=1,
+    global_batch: int = typer.Option(DEFAULT_GLOBAL_BATCH, "--global-batch", min=1,
                                      help="Strong scaling: samples per iteration over all ranks."),
     weak_batch: int = typer.Option(64, "--weak-batch", min=1,
                                    help="Weak scaling: samples per rank per iteration."),

@@ -9,6 +9,7 @@ import typer
 
 from commsim.cli import options as o
 from commsim.limits import TIMEOUT_S
+from commsim.spec import DEFAULT_GLOBAL_BATCH
 
 
 def register(app: typer.Typer) -> None:
@@ -86,7 +87,7 @@ def validate(
                                           **kw), progress=sys.stderr)
     factory = model or (prof.model_name if ":" in prof.model_name else None)
     grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
-                          iterations=iterations, global_batch=sc.global_batch or 256,
+                          iterations=iterations, global_batch=sc.global_batch or DEFAULT_GLOBAL_BATCH,
                           batch_per_rank=sc.batch_per_rank, bucket_mb=bucket_mb, model=factory,
                           data_dir=str(data) if data else None, timeout_s=timeout)
 
