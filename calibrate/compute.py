@@ -33,11 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
-# The base script's optimiser (seeds: CS744 assignment 2, main.py).
-SGD_LR = 0.1
-SGD_MOMENTUM = 0.9
-SGD_WEIGHT_DECAY = 1e-4
-PHASES = ("forward", "backward", "optimizer")
+from commsim.calibrate.models import sgd
+from commsim.profile import PHASES
+
 CIFAR_SHAPE = (3, 32, 32)
 
 
@@ -68,8 +66,7 @@ class ComputeBench:
         self.model.train()
         self.input_shape = tuple(input_shape)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(self.params, lr=SGD_LR, momentum=SGD_MOMENTUM,
-                                         weight_decay=SGD_WEIGHT_DECAY)
+        self.optimizer = sgd(self.params)
         self.loss_fn = nn.CrossEntropyLoss()
         with torch.no_grad():
             out = self.model(torch.zeros(2, *self.input_shape))

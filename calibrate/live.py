@@ -58,19 +58,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from commsim.calibrate.cifar import SYNTHETIC_KINDS, load_dataset
-from commsim.calibrate.models import load_factory
+from commsim.calibrate.models import SGD_LR, build_model, sgd
 from commsim.calibrate.worker import set_threads
 from commsim.errors import UserError
+from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 from commsim.strategies import get_strategy, live_strategy_names
 
 if TYPE_CHECKING:
     from commsim.calibrate.cluster import ClusterInfo
 
-DEFAULT_MODEL = "commsim.calibrate.models:vgg11_cifar"
 WORKER = "commsim.calibrate.live:live_worker"
-# Hyper-parameters of the assignment's base script (main.py of CS744 assignment 2).
-LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 1e-4
-# The linear scaling rule's reference batch: lr = LR x batch / 256 (Goyal et al. 2017).
+# The linear scaling rule's reference batch: lr = SGD_LR x batch / 256 (Goyal et al. 2017).
 LR_REFERENCE_BATCH = 256
 LR_SCALINGS = ("linear",)
 
@@ -92,7 +90,7 @@ class LiveConfig:
     is "random" (timing) or "learnable" (accuracy) when there is no ``data_dir``.
     """
     strategy: str = "ring"
-    global_batch: int = 256
+    global_batch: int = DEFAULT_GLOBAL_BATCH
     batch_per_rank: int | None = None
     iterations: int = 20
     bucket_mb: float = 25.0
@@ -293,8 +291,9 @@ def small_mlp(num_classes: int = 10, track_running_stats: bool = True) -> nn.Mod
                          nn.Linear(32, num_classes))
 
 
-def build_model(cfg: LiveConfig) -> nn.Module:
-    return load_factory(cfg.model)(num_classes=10, track_running_stats=cfg.track_running_stats)
+def live_model(cfg: LiveConfig) -> nn.Module:
+    """The run's model: keywords go only to a factory that accepts them (``build_model``)."""
+    return build_model(cfg.model, num_classes=10, track_running_stats=cfg.track_running_stats)
 
 
 def load_data(cfg: LiveConfig, train: bool):
@@ -346,10 +345,11 @@ def lr_schedule(cfg: LiveConfig, world_size: int) -> LrSchedule:
     averaged = min(cfg.group_size or world_size, world_size)
     update_batch = cfg.rank_batch(world_size) * averaged * cfg.sync_every
     if cfg.lr_scaling == "linear":
-        return LrSchedule(base=LR, peak=LR * update_batch / LR_REFERENCE_BATCH,
+        return LrSchedule(base=SGD_LR, peak=SGD_LR * update_batch / LR_REFERENCE_BATCH,
                           update_batch=update_batch, rule="linear",
                           warmup_iters=cfg.warmup_iters, sync_every=cfg.sync_every)
-    return LrSchedule(base=LR, peak=LR, update_batch=update_batch, sync_every=cfg.sync_every)
+    return LrSchedule(base=SGD_LR, peak=SGD_LR, update_batch=update_batch,
+                      sync_every=cfg.sync_every)
 
 
 def batches(dataset, rank: int, world_size: int, batch: int, seed: int):
@@ -463,7 +463,7 @@ def train_cycle(model, optimizer, criterion, batches_k, sync, comm: Comm, lr: fl
 
 def new_optimizer(params) -> torch.optim.Optimizer:
     """The base script's SGD; the learning rate is set by every ``train_cycle``."""
-    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    return sgd(params)
 
 
 def probe_compute(model: nn.Module, batches_k: list, iterations: int, world_size: int,
@@ -530,7 +530,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
     schedule = lr_schedule(cfg, world_size)
 
     torch.manual_seed(cfg.seed)  # before the model: identical initial parameters on every rank
-    model = build_model(cfg)
+    model = live_model(cfg)
     # Augmentation draws from the global generator: give each rank its own stream so ranks do
     # not crop and flip their (different) samples in lock-step.
     torch.manual_seed(cfg.seed + 1 + rank)

@@ -3,13 +3,16 @@
 1. ``vgg11_cifar`` builds the VGG-11 of the CS744 base script (8 conv 3x3 + BatchNorm + ReLU
    blocks with 5 max-pools, then one 512->10 linear layer: 9,231,114 parameters).
 2. ``load_factory("module:function")`` imports a user's factory (``--model``), with one-line
-   errors for every way it can go wrong.
+   errors for every way it can go wrong; ``build_model`` calls it, passing a keyword (e.g.
+   ``num_classes``) only to a factory that accepts it, so a plain zero-argument factory works in
+   every command.
 3. ``param_specs`` lists the parameters in registration order: the order autograd hooks,
    gradient buckets and the profile use.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Callable
 
 import torch
@@ -17,10 +20,18 @@ from torch import nn
 
 from commsim.errors import UserError
 from commsim.profile import ParamSpec
+from commsim.spec import DEFAULT_MODEL
 
 VGG11_CFG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M",
                                     512, 512, "M")
-VGG11_FACTORY = "commsim.calibrate.models:vgg11_cifar"
+VGG11_FACTORY = DEFAULT_MODEL
+# The optimiser of the assignment's base script (main.py of CS744 assignment 2).
+SGD_LR, SGD_MOMENTUM, SGD_WEIGHT_DECAY = 0.1, 0.9, 1e-4
+
+
+def sgd(params, lr: float = SGD_LR) -> torch.optim.Optimizer:
+    """The base script's SGD over ``params`` (``lr`` changes with a learning-rate schedule)."""
+    return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY)
 
 
 class VGG(nn.Module):
@@ -73,9 +84,26 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return obj
 
 
-def build_model(spec: str) -> nn.Module:
-    """Call the factory and check that it returned an nn.Module."""
-    model = load_factory(spec)()
+def build_model(spec: str, **wanted) -> nn.Module:
+    """Call the factory with those of the ``wanted`` keywords it accepts (all of them if it
+    takes ``**kwargs``; none if it takes no arguments) and check that it returned an nn.Module.
+    Every failure is one UserError line naming the factory."""
+    factory = load_factory(spec)
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature: call it plainly
+        params = ()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        kwargs = dict(wanted)
+    else:
+        names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        kwargs = {k: v for k, v in wanted.items() if k in names}
+    try:
+        model = factory(**kwargs)
+    except Exception as exc:  # the user's code: its failure is one line, not a traceback
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise UserError(f"--model {spec!r}: calling it({shown}) failed: "
+                        f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
     if not isinstance(model, nn.Module):
         raise UserError(f"--model {spec!r} returned {type(model).__name__}, not an nn.Module")
     return model

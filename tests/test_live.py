@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from commsim.errors import RunFailed, UserError  # noqa: E402
 from commsim.calibrate import live  # noqa: E402
+from commsim.calibrate.models import sgd  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -51,9 +52,8 @@ def _reference_ghost_batches(cfg: live.LiveConfig, world: int, shares=None) -> l
     k = cfg.sync_every
     schedule = live.lr_schedule(cfg, world)
     torch.manual_seed(cfg.seed)
-    model = live.build_model(cfg)
-    opt = torch.optim.SGD(model.parameters(), lr=live.LR, momentum=live.MOMENTUM,
-                          weight_decay=live.WEIGHT_DECAY)
+    model = live.live_model(cfg)
+    opt = sgd(model.parameters())
     crit = torch.nn.CrossEntropyLoss()
     stream = live.batches(live.load_data(cfg, train=True), 0, 1, cfg.rank_batch(world) * world,
                           cfg.seed)
@@ -107,7 +107,7 @@ def test_training_actually_changes_parameters():
     cfg = live.LiveConfig(**TINY, strategy="single", model="commsim.calibrate.live:small_mlp",
                           global_batch=16)
     torch.manual_seed(cfg.seed)
-    before = [p.detach().flatten().clone() for p in live.build_model(cfg).parameters()]
+    before = [p.detach().flatten().clone() for p in live.live_model(cfg).parameters()]
     after = _params(live.live_worker(0, 1, cfg.to_dict()))
     assert any(not torch.allclose(a, b) for a, b in zip(before, after))
 

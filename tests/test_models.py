@@ -44,3 +44,51 @@ def test_load_factory_errors_are_one_clear_line(spec, words):
 def test_build_model_refuses_a_factory_that_returns_no_module():
     with pytest.raises(UserError, match="not an nn.Module"):
         models.build_model("builtins:dict")
+
+
+# ---------------------------------------------------------------- the one factory contract
+
+def test_keywords_go_only_to_factories_that_accept_them():
+    wanted = {"num_classes": 10, "track_running_stats": False}
+    assert isinstance(models.build_model("factories:plain", **wanted), torch.nn.Module)
+    model = models.build_model("factories:with_classes", **wanted)
+    assert model[-1].out_features == 10
+    import factories
+    models.build_model("factories:anything", **wanted)
+    assert factories.anything.seen == wanted
+
+
+def test_a_factory_that_fails_is_one_line():
+    with pytest.raises(UserError) as info:
+        models.build_model("factories:raises", num_classes=10)
+    assert "RuntimeError: weights not found" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [
+    ["live", "--strategy", "ring", "--nodes", "2", "--iterations", "2", "--global-batch", "8",
+     "--synthetic-size", "64", "--test-samples", "8"],
+    ["calibrate", "--quick", "--nodes", "2", "--oversubscribe", "0"],
+])
+def test_a_zero_argument_factory_works_in_every_command(command, tmp_path, monkeypatch):
+    """The user's report: calibrate took 'mymod:build', live died with 'build() got an
+    unexpected keyword argument num_classes'."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = ["--out", str(tmp_path / "out.json")]
+    done = subprocess.run([sys.executable, "-m", "commsim", *command, "--model",
+                           "factories:plain", *out], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out.json").exists()
+
+
+def test_an_unusable_factory_is_one_line_and_exit_2(capsys):
+    from commsim.cli import main
+    assert main(["live", "--strategy", "single", "--model", "factories:raises"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "weights not found" in err

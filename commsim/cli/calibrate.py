@@ -12,6 +12,7 @@ import typer
 from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 from commsim.errors import UserError
 from commsim.limits import TIMEOUT_S
+from commsim.spec import DEFAULT_MODEL
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -37,7 +38,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite --out and its samples."),
         resume: bool = typer.Option(False, "--resume",
                                     help="Continue an interrupted run from <out>.samples.jsonl."),
-        model: str = typer.Option("commsim.calibrate.models:vgg11_cifar", "--model",
+        model: str = typer.Option(DEFAULT_MODEL, "--model",
                                   help="nn.Module factory, module:function."),
         input_shape: str = typer.Option("3,32,32", "--input-shape",
                                         help="One sample's shape, e.g. 3,32,32."),

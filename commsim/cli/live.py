@@ -9,6 +9,7 @@ import typer
 from commsim.cli import options as o
 from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
 from commsim.limits import TIMEOUT_S
+from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 
 LrScalingOpt = typer.Option(None, "--lr-scaling", help="linear: lr = 0.1 x (samples one step "
                             "averages) / 256 (Goyal et al.); default: 0.1.")
@@ -48,7 +49,7 @@ def live(
     warmup_iters: int = WarmupOpt,
     test_samples: Optional[int] = typer.Option(None, "--test-samples", min=1,
                                                help="Evaluate on the first N test images only."),
-    model: str = typer.Option("commsim.calibrate.models:vgg11_cifar", "--model",
+    model: str = typer.Option(DEFAULT_MODEL, "--model",
                               help="Model factory module:function."),
     no_running_stats: bool = typer.Option(False, "--no-running-stats", help="BatchNorm keeps "
                                           "no running statistics (as the seed report did)."),
@@ -80,7 +81,7 @@ def live(
         raise UserError(f"--data {data} is not a directory")
     if out is not None:
         check_output(out, force=force)
-    cfg = lv.LiveConfig(strategy=strategy, global_batch=global_batch or 256,
+    cfg = lv.LiveConfig(strategy=strategy, global_batch=global_batch or DEFAULT_GLOBAL_BATCH,
                         batch_per_rank=batch_per_rank, iterations=iterations,
                         bucket_mb=bucket_mb, data_dir=None if data is None else str(data),
                         test_samples=test_samples, model=model,
@@ -111,6 +112,7 @@ def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float,
             raise UserError("--emulate cannot be used under torchrun (torchrun placed the ranks)")
         return lv.run_live_torchrun(cfg, collective_timeout_s=collective_timeout_s)
     cfg.validate(nodes)  # before building an emulated cluster for a run that cannot start
+    lv.live_model(cfg)   # and a --model that cannot be built is one line here, not a rank's
     cluster_info = None
     if emulate is not None:
         from commsim.calibrate import cluster
