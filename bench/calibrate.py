@@ -39,7 +39,6 @@ def timed(argv: list[str]) -> float:
     return time.monotonic() - start
 
 
-PHASES = ("forward", "backward", "optimizer")
 
 
 def fit_reproduction(profile: P.Profile) -> float:
@@ -87,19 +86,19 @@ def noise_only_misses(profile: P.Profile, noise: float, trials: int = 200, seed:
 
     rng = np.random.default_rng(seed)
     shape = [(r["batch_size"], reps or len(r["forward_s"])) for r in profile.samples["compute"]]
-    worst, kept = [], dict.fromkeys(PHASES, 0)
+    worst, kept = [], dict.fromkeys(P.PHASES, 0)
     for _ in range(trials):
         drawn = []
         for b, n in shape:
             speed = np.exp(noise * rng.standard_normal(n))
             drawn.append({"batch_size": b, **{f"{ph}_s": list(profile.compute.time_s(ph, b)
-                                                                 * speed) for ph in PHASES}})
-        fits = F.fit_compute(drawn, PHASES)
+                                                                 * speed) for ph in P.PHASES}})
+        fits = F.fit_compute(drawn, P.PHASES)
         for ph, f in fits.items():
             kept[ph] += not f["used"]
         table = F.smooth_compute(K.summarize(drawn), fits)
         fitted = dict(zip(table["batch_sizes"],
-                          np.sum([table[f"{ph}_s"] for ph in PHASES], axis=0)))
+                          np.sum([table[f"{ph}_s"] for ph in P.PHASES], axis=0)))
         worst.append(max(abs(r["error"]) for r in F.compute_reproduction(drawn, fitted.get)))
     return (float(np.median(worst)), float(np.percentile(worst, 90)),
             {ph: k / trials for ph, k in kept.items()})

@@ -15,17 +15,10 @@ reports, the bus bandwidth of the largest messages.
 soft-L1 weights W), as ±1.96 standard errors; a bandwidth's interval is the inverse of the
 interval of its seconds-per-byte.
 
-Models (n = message bytes per rank, p = world size, α = latency_s, B = bandwidth_Bps,
-γ = reduction_s_per_B, o = overhead_s, L = ⌈log2 p⌉):
-
-=============  ==========================================================================
-send_recv      t = α + n/B                                   (the link: profile ``network``)
-all_reduce     t = o + 2(p-1)α + 2(p-1)/p·n/B + (p-1)/p·n·γ  (Gloo's ring; γ measured apart)
-gather         t = o + α + (p-1)·n/B      (all receives posted at once; the root's NIC
-scatter        t = o + α + (p-1)·n/B       serialises p-1 messages of n bytes)
-broadcast      t = o + L·(α + n/B)        (Gloo's binomial tree, whole message per round)
-barrier        t = o + 2L·α               (no payload; B is the link's)
-=============  ==========================================================================
+The forms are the closed forms of ``commsim.closed_form``, read as linear terms by its ``FORMS``
+(t = o + latency_mult(p)·α + bytes_mult(p)·n/B + reduce_mult(p)·n·γ): send_recv is the link
+(profile ``network``), all_reduce Gloo's ring, gather and scatter the root's NIC serialising p-1
+messages, broadcast a binomial tree, barrier 2⌈lg p⌉·α with no payload.
 
 A constant term cannot tell per-message latency from per-call overhead, so collectives take α
 from the send/recv fit and report o = constant - (latency multiplier)·α (>= 0).  γ is not
@@ -40,7 +33,9 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import least_squares
 
-from commsim.profile import CollectiveFit, NetworkFit
+from commsim import closed_form as cf
+from commsim.closed_form import FORMS
+from commsim.profile import PHASES, CollectiveFit, NetworkFit
 
 Z95 = 1.959963984540054
 SOFT_L1_SCALE = 0.05  # relative residuals beyond ~5% count as outliers
@@ -118,33 +113,12 @@ def _interval(value: float, half: float, floor: float = 0.0) -> list[float]:
     return [max(floor, value - half), value + half]
 
 
-@dataclass(frozen=True)
-class Form:
-    """t = o + latency_mult(p)·α + bytes_mult(p)·n/B + reduce_mult(p)·n·γ."""
-    latency_mult: Callable[[int], float]
-    bytes_mult: Callable[[int], float]
-    reduce_mult: Callable[[int], float] = lambda p: 0.0
-
-
-def _log2p(p: int) -> float:
-    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
-
-
-FORMS: dict[str, Form] = {
-    "send_recv": Form(lambda p: 1.0, lambda p: 1.0),
-    "all_reduce": Form(lambda p: 2.0 * (p - 1), lambda p: 2.0 * (p - 1) / p,
-                       lambda p: (p - 1) / p),
-    "gather": Form(lambda p: 1.0, lambda p: float(p - 1)),
-    "scatter": Form(lambda p: 1.0, lambda p: float(p - 1)),
-    "broadcast": Form(_log2p, _log2p),
-    "barrier": Form(lambda p: 2.0 * _log2p(p), lambda p: 0.0),
-}
 # nccl-tests' bus bandwidth factors (busbw = algbw * factor); gather/scatter count the bytes
 # that cross the root's link, (p-1) messages of n bytes.
 BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda p: 2.0 * (p - 1) / p,
-    "gather": lambda p: float(p - 1),
-    "scatter": lambda p: float(p - 1),
+    "all_reduce": cf.allreduce_bus_factor,
+    "gather": cf.ps_bus_factor,
+    "scatter": cf.ps_bus_factor,
     "broadcast": lambda p: 1.0,
     "send_recv": lambda p: 1.0,
     "barrier": lambda p: 0.0,
@@ -328,16 +302,15 @@ def fit_compute(records: list[dict], phases: tuple[str, ...]) -> dict:
 
 
 COMPUTE_REPRODUCTION_TARGET = 0.05
-TABLE_PHASES = ("forward", "backward", "optimizer")
 
 
 def table_total_s(profile, batch: float) -> float:
     """The profile's compute table for one iteration at ``batch``: forward+backward+step."""
-    return sum(profile.compute.time_s(ph, batch) for ph in TABLE_PHASES)
+    return sum(profile.compute.time_s(ph, batch) for ph in PHASES)
 
 
 def compute_reproduction(records: list[dict], table_s: Callable[[float], float],
-                         phases: tuple[str, ...] = TABLE_PHASES) -> list[dict]:
+                         phases: tuple[str, ...] = PHASES) -> list[dict]:
     """How the compute table reproduces what was measured: per batch size of ``records``
     (compute records, ``{phase}_s`` lists of repetitions), the median over repetitions of the
     phases' sum against ``table_s(batch)``, and how much the repetitions varied (rms of
@@ -370,7 +343,7 @@ def profile_reproduction(profile) -> list[dict]:
     """``compute_reproduction`` of a profile's alone table (forward+backward+step) against the
     repetitions in its samples; empty when it has none."""
     records = [r for r in (profile.samples or {}).get("compute", [])
-               if all(r.get(f"{ph}_s") for ph in TABLE_PHASES)]
+               if all(r.get(f"{ph}_s") for ph in PHASES)]
     return compute_reproduction(records, lambda b: table_total_s(profile, b))
 
 

@@ -14,9 +14,13 @@ host A to host B occupies A's transmit and B's receive direction for n·β and i
 it leaves; a transfer starts when both the sender and the receiver have posted it (rendezvous); a
 collective whose messages are all posted at once serialises only on the NIC they share.
 
-Pure functions of numbers: no simulator, no profile, no state.
+Pure functions of numbers: no simulator, no profile, no state.  ``FORMS`` reads the same closed
+forms as the linear terms calibration fits (``commsim.calibrate.fit``) and the report draws.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 
 def message_s(n: float, alpha_s: float, beta_s_per_B: float) -> float:
@@ -233,3 +237,43 @@ def allreduce_bytes_per_rank(algorithm: str, n: float, p: int) -> float:
     if algorithm == "rabenseifner":
         return 2 * (p - 1) / p * n
     raise ValueError(f"no uniform byte count for {algorithm!r}")
+
+
+def barrier_s(p: int, alpha_s: float) -> float:
+    """Gloo's barrier: a zero-byte all-reduce through a binomial tree and back, 2⌈lg p⌉·α."""
+    return 2 * ceil_log2(p) * alpha_s if p > 1 else 0.0
+
+
+# -- whole Gloo calls, as calibration times them --------------------------------------------------
+#
+# Each call by its profile name, as f(n, p, α, β, γ): the closed form of one call of n bytes per
+# rank on p ranks, without its overhead o (calibration fits o on top).
+
+GLOO_CALLS: dict[str, Callable[[float, int, float, float, float], float]] = {
+    "send_recv": lambda n, p, a, b, g: message_s(n, a, b),
+    "all_reduce": lambda n, p, a, b, g: ring_allreduce_s(n, p, a, b, g),
+    "gather": lambda n, p, a, b, g: linear_gather_s(n, p, a, b),
+    "scatter": lambda n, p, a, b, g: linear_scatter_s(n, p, a, b),
+    "broadcast": lambda n, p, a, b, g: binomial_broadcast_s(n, p, a, b),
+    "barrier": lambda n, p, a, b, g: barrier_s(p, a),
+}
+
+
+@dataclass(frozen=True)
+class Form:
+    """t = o + latency_mult(p)·α + bytes_mult(p)·n/B + reduce_mult(p)·n·γ: a call's closed form
+    as the linear model calibration fits (each multiplier is the closed form at a unit α, β or
+    γ, so the two cannot disagree)."""
+    latency_mult: Callable[[int], float]
+    bytes_mult: Callable[[int], float]
+    reduce_mult: Callable[[int], float]
+
+
+def call_form(op: str) -> Form:
+    f = GLOO_CALLS[op]
+    return Form(latency_mult=lambda p: f(0.0, p, 1.0, 0.0, 0.0),
+                bytes_mult=lambda p: f(1.0, p, 0.0, 1.0, 0.0),
+                reduce_mult=lambda p: f(1.0, p, 0.0, 0.0, 1.0))
+
+
+FORMS: dict[str, Form] = {op: call_form(op) for op in GLOO_CALLS}

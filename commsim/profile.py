@@ -62,6 +62,10 @@ class ParamSpec:
     bytes: int
 
 
+# The phases of one training step the compute table times, in order.
+PHASES = ("forward", "backward", "optimizer")
+
+
 @dataclass(frozen=True)
 class ComputeTable:
     """Forward/backward/optimizer seconds per per-rank batch size, measured alone: ``commsim
