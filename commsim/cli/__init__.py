@@ -27,6 +27,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Predict, measure and explain the communication cost of data-parallel "
                        "training (VGG-11 on CIFAR-10 over Gloo, or your own model).")
 
+def _version(value: bool) -> None:
+    if value:
+        from commsim import __version__
+
+        typer.echo(f"commsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print commsim's version and exit.")) -> None:
+    """Predict, measure and explain the communication cost of data-parallel training."""
+
+
 for _name in COMMAND_MODULES:
     try:
         _mod = importlib.import_module(f"commsim.cli.{_name}")
