@@ -66,8 +66,8 @@ QUEUE_TIME_S = 5e-3
 QUEUE_MIN_BYTES = 64 * 1024
 # Reno, not the host's default: the host here runs BBR, whose pacing gain cycle and ProbeRTT left
 # large Gloo all-reduces at 81-83% of 100mbit (2 ranks, 16-64 MiB) and 865-875 Mbit/s at 1gbit
-# with 4 ranks, where Reno reaches 91% and 900-925 Mbit/s (measured 2026-11-22 with 5 timed
-# all-reduces per size).  Linux's usual default, CUBIC, behaves as Reno at LAN round-trip times
+# with 4 ranks, where Reno reaches 91% and 900-925 Mbit/s (5 timed all-reduces per size;
+# docs/emulated-cluster.md).  Linux's usual default, CUBIC, behaves as Reno at LAN round-trip times
 # (its TCP-friendly region) but may not be set in a namespace unless the host allows it; Reno
 # always is allowed.
 DEFAULT_TCP_CONGESTION = "reno"

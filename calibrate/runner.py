@@ -441,11 +441,10 @@ def slowest_rank(record: dict) -> dict:
     Why: synchronous training waits for its slowest rank every iteration, and on shared cores
     ranks are not alike (here vCPU 0, which also takes the network's interrupts, runs 2-10%
     slower: live 2-rank cells computed 1.64 vs 1.84 s, 1.58 vs 1.52 s).  The slowest rank's
-    median over the pooled median is 1.00-1.33 (median 1.05) in the 32 calibrations of runs
-    3-10; re-predicting runs 3-9 with it moved the main tables' median error from 3.0-10.3%
-    to 1.9-8.3% (better in 5 of 7) and the live what-ifs' in 6 of 7.  The slowest rank of
-    each repetition instead (a max of single noisy repetitions) over-predicted 4-node compute
-    by 15-35%."""
+    median over the pooled median was 1.00-1.33 (median 1.05) over 32 calibrations, and
+    re-predicting saved fidelity runs with it lowered the main tables' median error in most of
+    them (docs/calibration.md).  The slowest rank of each repetition instead (a max of single
+    noisy repetitions) over-predicted 4-node compute by 15-35%."""
     per_rank = record.get("per_rank")
     if not per_rank:
         return record

@@ -164,7 +164,7 @@ def test_log_residuals_follow_the_median_of_skewed_small_message_times():
 
 
 def test_gather_bandwidth_comes_from_large_sizes_despite_a_mid_size_bump():
-    # 2 ranks at 100 Mbit/s as measured (bench/fidelity, 2026-11-22): 0.4-0.9 ms up to 256 B,
+    # 2 ranks at 100 Mbit/s as measured (bench/fidelity): 0.4-0.9 ms up to 256 B,
     # 5-8 ms at 1-16 KB (TCP acknowledgement timing), then the link's 11.3 MB/s.
     medians_ms = {4: 0.39, 16: 0.41, 64: 0.93, 256: 0.72, 1024: 7.28, 4096: 5.39,
                   16384: 7.67, 65536: 16.33, 262144: 30.14, 1048576: 97.03, 4194304: 370.67}
@@ -175,7 +175,7 @@ def test_gather_bandwidth_comes_from_large_sizes_despite_a_mid_size_bump():
 
 
 def test_link_bandwidth_is_not_fooled_by_a_token_bucket_burst():
-    # send/recv at 100 Mbit/s through tbf with a 12 KB burst, as measured (4 ranks, 2026-11-22):
+    # send/recv at 100 Mbit/s through tbf with a 12 KB burst, as measured (4 ranks):
     # 4-16 KB leave inside the burst at ~190 Mbit/s.  One relative fit over every size put the
     # link at 197 Mbit/s; the large sizes say 96.
     medians_ms = {4: 0.19, 16: 0.10, 64: 0.11, 256: 0.11, 1024: 0.09, 4096: 0.17, 16384: 0.71,
