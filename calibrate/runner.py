@@ -67,6 +67,25 @@ WORKER = "commsim.calibrate.runner:calibrate_rank"
 HEARTBEAT_S = 1.0
 
 
+# Options whose value is a path on the machine that ran the command.
+PATH_OPTIONS = ("--out", "--data", "--profile", "--network")
+
+
+def public_command(argv: list[str]) -> str:
+    """The command as the profile's metadata records it: every path reduced to its file name,
+    so a profile says how it was made without naming a machine's folders."""
+    out, after_path = [], False
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if after_path:
+            arg = Path(arg).name
+        elif eq and name in PATH_OPTIONS:
+            arg = f"{name}={Path(value).name}"
+        after_path = arg in PATH_OPTIONS
+        out.append(arg)
+    return shlex.join(out)
+
+
 @dataclass(frozen=True)
 class CalibrateOptions:
     """Everything ``commsim calibrate`` was asked to do."""
@@ -91,7 +110,7 @@ class CalibrateOptions:
     # Timed repetitions of every batch size alone; None: ``ComputeSpec``'s rule (3, 2 past 2 s
     # an iteration, more for fast sizes), or 2 with --quick.
     compute_reps: int | None = None
-    command: str = field(default_factory=lambda: shlex.join(["commsim", *sys.argv[1:]]))
+    command: str = field(default_factory=lambda: public_command(["commsim", *sys.argv[1:]]))
 
     @property
     def batches(self) -> tuple[int, ...]:

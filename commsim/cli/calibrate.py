@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
+from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt, VerboseOpt, quiet_torch
 from commsim.errors import UserError
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_MODEL
@@ -59,9 +59,11 @@ def register(app: typer.Typer) -> None:
             "repetitions, more make a steadier table and a longer run."),
         collective_timeout: float = CollectiveTimeoutOpt,
         cluster_prefix: str = ClusterPrefixOpt,
+        verbose: bool = VerboseOpt,
     ) -> None:
         """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
         profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
+        quiet_torch(verbose)
         from commsim.calibrate.fit import format_compute_reproduction, format_nccl_table
         from commsim.calibrate.runner import CalibrateOptions, run
         from commsim.units import fmt_rate, fmt_time, parse_rate_Bps

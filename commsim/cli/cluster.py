@@ -17,6 +17,20 @@ CollectiveTimeoutOpt = typer.Option(30.0, "--collective-timeout", min=1.0, max=3
                                     "declared failed (a downed link, a dead master).")
 
 
+VerboseOpt = typer.Option(False, "--verbose", help="Show torch's C++ log lines (c10d, Gloo) "
+                          "from every rank; by default only its errors.")
+
+
+def quiet_torch(verbose: bool) -> None:
+    """Ranks (and this process) log torch's C++ messages at errors only unless ``verbose``:
+    c10d's warnings ("The hostname of the client socket cannot be retrieved") mean nothing to
+    a user, and a rank's real failure reaches the user anyway, as one line naming the rank.
+    Set before torch is imported; the ranks inherit it; a value the user exported wins."""
+    import os
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "INFO" if verbose else "ERROR")
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(no_args_is_help=True, help="An emulated cluster on this machine: one "
                         "network namespace per node on a bridge, every link shaped with tc "

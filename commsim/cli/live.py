@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
-from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt
+from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt, VerboseOpt, quiet_torch
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 
@@ -59,15 +59,16 @@ def live(
     timeout: float = typer.Option(900.0, "--timeout", min=1, max=TIMEOUT_S.hi, help="Seconds for the whole run."),
     collective_timeout: float = CollectiveTimeoutOpt,
     cluster_prefix: str = ClusterPrefixOpt,
+    verbose: bool = VerboseOpt,
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Also write the JSON "
                                        "here."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out."),
 ) -> None:
+    quiet_torch(verbose)
     from commsim.calibrate import live as lv
     from commsim.errors import UserError
     from commsim.files import atomic_write_text, check_output
-
     from commsim.strategies import live_strategy_names
 
     if strategy not in live_strategy_names():

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
+from commsim.cli.cluster import VerboseOpt, quiet_torch
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_GLOBAL_BATCH
 
@@ -44,8 +45,11 @@ def validate(
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Write the JSON here."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    verbose: bool = VerboseOpt,
 ) -> None:
     import tempfile
+
+    quiet_torch(verbose)
 
     from commsim.analysis.validate import (ValidationGrid, rows_table, table_columns,
                                           validate as run)
