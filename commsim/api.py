@@ -60,7 +60,7 @@ def scenario(*, global_batch: int | None = None, batch_per_rank: int | None = No
              shared_cpu_cores: float | None = None, straggler=None, slow_link=None,
              no_overlap: bool = False, algorithm: str | None = None, sync_every: int = 1,
              group_size: int | None = None, compress: str | None = None,
-             no_buffer_broadcast: bool = False) -> Scenario:
+             no_buffer_broadcast: bool = False, compute_scale: float = 1.0) -> Scenario:
     """A ``Scenario`` from the options as a user gives them, by their CLI names: rates and
     times as text with units (``"10gbit"``, ``"50us"``) or numbers in bytes/s and seconds;
     ``straggler`` and ``slow_link`` as ``{rank: factor}`` / ``{host: rate}`` or the CLI's
@@ -84,7 +84,7 @@ def scenario(*, global_batch: int | None = None, batch_per_rank: int | None = No
         slow_links_Bps=_pairs(slow_link, "slow-link", lambda v: _quantity(v, parse_rate_Bps)),
         overlap=not no_overlap, algorithm=algorithm, sync_every=sync_every,
         group_size=group_size, compression=compress,
-        broadcast_buffers=not no_buffer_broadcast)
+        broadcast_buffers=not no_buffer_broadcast, compute_scale=compute_scale)
 
 
 def parse_latency_s(text: str) -> float:

@@ -84,10 +84,12 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         mean_s_per_B=profile.collective("gather").reduction_s_per_B or gamma,
         overhead_s=overheads,
         # Loading the batch runs on the rank's thread right before forward: part of it here,
-        # so every engine and closed form counts it the same way.
-        forward_s=comp.time_s("data", batch) + comp.time_s("forward", batch),
-        backward_s=comp.time_s("backward", batch),
-        optimizer_s=comp.time_s("optimizer", batch),
+        # so every engine and closed form counts it the same way.  The compute what-if scales
+        # the work itself, as a straggler factor on every rank would.
+        forward_s=(comp.time_s("data", batch) + comp.time_s("forward", batch))
+        * spec.compute_scale,
+        backward_s=comp.time_s("backward", batch) * spec.compute_scale,
+        optimizer_s=comp.time_s("optimizer", batch) * spec.compute_scale,
         threads_per_rank=comp.threads_per_rank,
         param_bytes=tuple(p.bytes for p in profile.params),
         grad_ready_fraction=profile.grad_ready_fraction,

@@ -114,6 +114,8 @@ class Workload:
     broadcast_buffers:    DDP broadcasts the model's buffers (batch-norm statistics) from rank 0
                           before every forward (PyTorch's default, True).
     stragglers:           rank -> compute slowdown factor (> 1 is slower).
+    compute_scale:        every rank's compute (and the single-rank baseline's) times this
+                          factor: "my nodes are twice as fast" is 0.5.
     """
     global_batch: int | None = DEFAULT_GLOBAL_BATCH
     batch_per_rank: int | None = None
@@ -126,6 +128,7 @@ class Workload:
     compression: str | None = None
     broadcast_buffers: bool = True
     stragglers: Mapping[int, float] = field(default_factory=dict)
+    compute_scale: float = 1.0
 
     def workload(self) -> dict:
         """The shared fields and their values (to build one layer from the other)."""
@@ -180,6 +183,7 @@ class RunSpec(Workload):
                 raise UserError(f"straggler names rank {rank}, but the run has ranks "
                                 f"0..{self.cluster.world_size - 1}")
             COMPUTE_FACTOR.check(factor, f"--straggler factor of rank {rank}")
+        COMPUTE_FACTOR.check(self.compute_scale, "--compute-scale")
 
     @property
     def world_size(self) -> int:

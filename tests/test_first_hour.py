@@ -40,3 +40,43 @@ def test_torch_logs_errors_only_unless_verbose(monkeypatch):
     monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "WARNING")   # the user's own choice wins
     quiet_torch(False)
     assert os.environ["TORCH_CPP_LOG_LEVEL"] == "WARNING"
+
+
+# ------------------------------------------------------------------ compute what-if
+
+FIELDS = ("iteration_s", "compute_s", "comm_s", "exposed_comm_s", "bytes_sent_per_rank",
+          "link_utilization")
+
+
+@pytest.mark.parametrize("strategy, nodes", [("ps", 3), ("ring", 4), ("ddp", 4), ("dp", 3)])
+@pytest.mark.parametrize("engine", ["des", "auto"])
+@pytest.mark.parametrize("scale", [0.5, 2.5])
+def test_compute_scale_is_a_straggler_factor_on_every_rank(strategy, nodes, engine, scale):
+    from commsim.api import Scenario, predict
+    prof = load_default()
+    scaled = predict(prof, strategy, nodes, Scenario(compute_scale=scale), engine=engine)
+    everyone = predict(prof, strategy, nodes,
+                       Scenario(stragglers={r: scale for r in range(nodes)}), engine="des")
+    for name in FIELDS:
+        assert getattr(scaled, name) == pytest.approx(getattr(everyone, name), rel=1e-12), name
+    if engine == "des":  # the same events in the same engine: the same numbers, bit for bit
+        assert [r["finish_s"] for r in scaled.per_rank] == \
+            [r["finish_s"] for r in everyone.per_rank]
+
+
+def test_compute_scale_scales_the_baseline_too():
+    """'My nodes are twice as fast': the single node they are compared with is too."""
+    import commsim
+    fast = commsim.predict("single", 1, compute_scale=0.5)
+    assert fast.iteration_s == pytest.approx(commsim.predict("single", 1).iteration_s * 0.5)
+    assert fast.speedup == pytest.approx(1.0)
+
+
+def test_compute_scale_in_every_predicting_command(capsys):
+    from commsim.cli import main
+    for argv in (["predict", "--strategy", "ring", "--nodes", "4"], ["sweep", "--nodes", "1,2"],
+                 ["tune", "--nodes", "4", "--top", "1"]):
+        assert main([*argv, "--compute-scale", "0.5", "--json"]) == 0, argv
+    capsys.readouterr()
+    assert main(["predict", "--strategy", "ring", "--nodes", "4", "--compute-scale", "0"]) == 2
+    assert "--compute-scale" in capsys.readouterr().err

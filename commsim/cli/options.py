@@ -55,6 +55,9 @@ SyncEveryOpt = typer.Option(1, "--sync-every", min=1, help="Local gradient aggre
 GroupSizeOpt = typer.Option(None, "--group-size", min=1, help="Average within groups of g ranks "
                             "(2: pairwise) instead of all.")
 CompressOpt = typer.Option(None, "--compress", help="DDP gradient compression: fp16.")
+ComputeScaleOpt = typer.Option(1.0, "--compute-scale", help="Every rank computes F times as "
+                               "long as calibrated (0.5: nodes twice as fast); the single-rank "
+                               "baseline too.")
 NoBufferOpt = typer.Option(False, "--no-buffer-broadcast", help="DDP what-if: "
                            "broadcast_buffers=False (no batch-norm statistics each forward).")
 EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des), "
@@ -123,6 +126,7 @@ SCENARIO_OPTIONS = {
     "group_size": (Optional[int], GroupSizeOpt),
     "compress": (Optional[str], CompressOpt),
     "no_buffer_broadcast": (bool, NoBufferOpt),
+    "compute_scale": (float, ComputeScaleOpt),
 }
 HOMOGENEOUS = tuple(n for n in SCENARIO_OPTIONS if n not in ("straggler", "slow_link",
                                                                "no_overlap"))

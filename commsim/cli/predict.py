@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
 
 @o.with_scenario(("global_batch", "batch_per_rank", "bandwidth", "latency", "ranks_per_host",
-                  "cores_per_host", "algorithm"))
+                  "cores_per_host", "algorithm", "compute_scale"))
 def tune(
     nodes: int = typer.Option(..., "--nodes", min=2, help="Hosts in the cluster."),
     profile: Optional[Path] = o.ProfileOpt,
