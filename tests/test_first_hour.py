@@ -80,3 +80,58 @@ def test_compute_scale_in_every_predicting_command(capsys):
     capsys.readouterr()
     assert main(["predict", "--strategy", "ring", "--nodes", "4", "--compute-scale", "0"]) == 2
     assert "--compute-scale" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ inspecting profiles
+
+def _modified_copy(tmp_path):
+    from dataclasses import replace
+
+    from commsim.profile import save
+    prof = load_default()
+    changed = replace(prof, network=replace(prof.network, bandwidth_Bps=prof.network.bandwidth_Bps
+                                            * 2),
+                      metadata={**prof.metadata, "host": "other"})
+    path = tmp_path / "copy.json"
+    save(changed, path)
+    return path
+
+
+def test_profile_show_says_what_the_bundled_profile_holds(capsys):
+    import json
+
+    from commsim.cli import main
+    assert main(["profile", "show"]) == 0
+    text = capsys.readouterr().out
+    for words in ("9,231,114 parameters", "34 tensors", "all_reduce", "per sample",
+                  "commsim calibrate --emulate 1gbit --nodes 4"):
+        assert words in text
+    assert main(["profile", "show", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    prof = load_default()
+    assert s["model"]["gradient_bytes"] == prof.model_bytes
+    assert s["network"]["bandwidth_Bps"] == prof.network.bandwidth_Bps
+    assert sorted(s["compute"]["per_batch"]) == sorted(map(str, prof.compute.batch_sizes))
+
+
+def test_profile_diff_finds_exactly_what_changed(tmp_path, capsys):
+    import json
+
+    from commsim.cli import main
+    from commsim.profile import default_profile_path
+    copy = _modified_copy(tmp_path)
+    assert main(["profile", "diff", str(default_profile_path()), str(copy), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["field"] for r in rows} == {"network.bandwidth_Bps", "measured.host"}
+    bw = next(r for r in rows if r["field"] == "network.bandwidth_Bps")
+    assert bw["change"] == pytest.approx(1.0)
+    assert main(["profile", "diff", str(copy), str(copy)]) == 0
+    assert "the same" in capsys.readouterr().out
+    assert main(["profile", "diff", str(default_profile_path()), str(copy)]) == 0
+    assert "+100.0%" in capsys.readouterr().out
+
+
+def test_profile_show_of_a_missing_file_is_one_line(capsys):
+    from commsim.cli import main
+    assert main(["profile", "show", "/nonexistent/p.json"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -21,7 +21,8 @@ from commsim.units import UnitError
 
 # Modules that register commands, in help order.  Missing optional ones are skipped so the core
 # works while other parts are still being built.
-COMMAND_MODULES = ("predict", "calibrate", "cluster", "live", "validate", "report", "trace")
+COMMAND_MODULES = ("predict", "calibrate", "cluster", "live", "validate", "report", "trace",
+                   "profile")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict, measure and explain the communication cost of data-parallel "
