@@ -135,3 +135,20 @@ def test_profile_show_of_a_missing_file_is_one_line(capsys):
     from commsim.cli import main
     assert main(["profile", "show", "/nonexistent/p.json"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_seed_table1_worked_example_runs(tmp_path):
+    """bench/seed_table1.py (docs/seed-table1.md): the single cell matches by construction and
+    the fitted link rate lies inside the search bounds."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "seed_table1.py"
+    spec = importlib.util.spec_from_file_location("seed_table1", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "t1.md"
+    assert mod.main(["--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| Task 1, single node | 1 | 1.855 s | 1.855 s | +0.0% |" in text
+    rate = float(text.split("--bandwidth ")[1].split("mbit")[0]) * 1e6 / 8
+    assert 10 ** 5 < rate < 10 ** 11
