@@ -205,7 +205,7 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
         emulate = cluster_for_rate(rate, max(grid.nodes)) if rate is not None else None
         for strategy in grid.strategies:
             for nodes in grid.nodes:
-                progress(f"validate: {strategy} on {nodes} nodes"
+                progress(f"{strategy} on {nodes} nodes"
                          + (f" at {rate * 8 / 1e6:g} Mbit/s" if rate else ""))
                 measured = run_live(strategy, nodes, emulate)
                 sc = live_scenario(profile, grid, nodes, rate,

@@ -152,3 +152,51 @@ def test_seed_table1_worked_example_runs(tmp_path):
     assert "| Task 1, single node | 1 | 1.855 s | 1.855 s | +0.0% |" in text
     rate = float(text.split("--bandwidth ")[1].split("mbit")[0]) * 1e6 / 8
     assert 10 ** 5 < rate < 10 ** 11
+
+
+# ------------------------------------------------------------------ progress
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_progress_without_a_terminal_is_plain_lines_with_time_left():
+    import io
+
+    from commsim.progress import Progress
+    out, clock = io.StringIO(), _Clock()
+    with Progress("validate", 4, stream=out, clock=clock) as bar:
+        for i, cell in enumerate(("ps 2", "ps 3", "ring 2", "ring 3")):
+            clock.t = 10.0 * i
+            bar.step(cell)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[validate      0s] 1/4 ps 2"
+    # two units done in 20 s: 10 s each, two left
+    assert lines[2] == "[validate     20s] 3/4 ring 2 (~20 s left)"
+    assert len(lines) == 4
+
+
+def test_progress_on_a_terminal_is_one_live_display():
+    import io
+
+    from commsim.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    with Progress("calibrate", 3, stream=out) as bar:
+        assert not bar.plain
+        bar.step("compute alone")
+        bar.say("a note")
+        bar.step("collectives")
+    assert "calibrate" in out.getvalue() and "a note" in out.getvalue()
+    plain = Tty()
+    with Progress("calibrate", 3, stream=plain, plain=True) as bar:   # --quiet
+        bar.step("compute alone")
+    assert plain.getvalue().startswith("[calibrate")

@@ -17,6 +17,8 @@ CollectiveTimeoutOpt = typer.Option(30.0, "--collective-timeout", min=1.0, max=3
                                     "declared failed (a downed link, a dead master).")
 
 
+QuietOpt = typer.Option(False, "--quiet", help="Plain progress lines instead of the live "
+                        "display (the default when stderr is not a terminal).")
 VerboseOpt = typer.Option(False, "--verbose", help="Show torch's C++ log lines (c10d, Gloo) "
                           "from every rank; by default only its errors.")
 

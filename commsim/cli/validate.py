@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
-from commsim.cli.cluster import VerboseOpt, quiet_torch
+from commsim.cli.cluster import QuietOpt, VerboseOpt, quiet_torch
+from commsim.progress import Progress
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_GLOBAL_BATCH
 
@@ -46,6 +47,7 @@ def validate(
     force: bool = typer.Option(False, "--force", help="Overwrite --out."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     verbose: bool = VerboseOpt,
+    quiet: bool = QuietOpt,
 ) -> None:
     import tempfile
 
@@ -76,8 +78,8 @@ def validate(
                     bandwidth=None, latency=None, ranks_per_host=1, cores_per_host=None,
                     shared_cpu_cores=None, straggler=None, slow_link=None, no_overlap=False)
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    cells = max(1, len(rates)) * len(names) * len(node_list)
+    bar = Progress("validate", cells, plain=quiet)
 
     if profile is not None:
         prof = load(profile)
@@ -85,7 +87,7 @@ def validate(
         from commsim.calibrate.runner import CalibrateOptions, run as calibrate
         tmp = Path(tempfile.mkdtemp(prefix="commsim-validate-")) / "profile.json"
         kw = {"model": model} if model else {}
-        say(f"validate: calibrating on {calibrate_nodes or max(node_list)} ranks")
+        bar.say(f"calibrating on {calibrate_nodes or max(node_list)} ranks")
         prof = calibrate(CalibrateOptions(out=tmp, nodes=calibrate_nodes or max(node_list),
                                           emulate_Bps=rates[0] if rates else None, quick=quick,
                                           **kw), progress=sys.stderr)
@@ -99,8 +101,9 @@ def validate(
         from commsim.calibrate import cluster
         return cluster.up(n, rate)
 
-    report = run(grid, prof, tolerance_pct=tolerance, cluster_for_rate=cluster_for_rate,
-                 progress=say)
+    with bar:
+        report = run(grid, prof, tolerance_pct=tolerance, cluster_for_rate=cluster_for_rate,
+                     progress=bar.step)
     if out is not None:
         atomic_write_text(out, o.dumps(report.to_dict()) + "\n", force=force)
     if json_out:
