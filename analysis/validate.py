@@ -36,7 +36,10 @@ from commsim.units import fmt_time
 class ValidationGrid:
     """The cells to run: strategies x node counts (x link rates when emulated).
 
-    rates_Bps:  emulated link rates; empty = local ranks over loopback.
+    rates_Bps:  emulated link rates; empty = local ranks over loopback (or a real cluster).
+    what_if_rate_Bps: without emulated rates, the link rate the live cells really run at when
+                it is not the profile's (a real cluster whose links were changed since it was
+                calibrated): the predictions ask that rate, as ``predict --bandwidth`` would.
     iterations: timed live iterations per cell (the first, discarded, comes on top).
     sync_every, group_size, compression: the what-ifs ``live`` and ``predict`` both run.
     """
@@ -53,6 +56,7 @@ class ValidationGrid:
     sync_every: int = 1
     group_size: int | None = None
     compression: str | None = None
+    what_if_rate_Bps: float | None = None
 
     def live_kwargs(self, strategy: str) -> dict:
         """LiveConfig fields of one cell (``commsim.calibrate.live.LiveConfig(**...)``)."""
@@ -208,7 +212,8 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
                 progress(f"{strategy} on {nodes} nodes"
                          + (f" at {rate * 8 / 1e6:g} Mbit/s" if rate else ""))
                 measured = run_live(strategy, nodes, emulate)
-                sc = live_scenario(profile, grid, nodes, rate,
+                asked = rate if rate is not None else grid.what_if_rate_Bps
+                sc = live_scenario(profile, grid, nodes, asked,
                                    measured.get("threads_per_rank") or 1, cores)
                 predicted = predict(profile, strategy, nodes, sc).to_dict()
                 probe = (communication_free_compute_s(profile, nodes, sc)

@@ -118,3 +118,35 @@ def test_ci_sized_live_validate(tmp_path, capsys):
     assert row["strategy"] == "ring" and row["nodes"] == 2
     assert math.isfinite(row["error_pct"]) and row["measured_s"] > 0 and row["predicted_s"] > 0
     assert math.isfinite(report["summary"]["median_abs_error_pct"])
+
+
+def test_what_if_rate_asks_the_predictions_for_the_rate_the_cells_ran_at():
+    """A profile calibrated at one rate, live cells on a real cluster whose link was changed:
+    --what-if-rate makes every prediction ask that rate (as predict --bandwidth does)."""
+    from commsim.api import predict
+    prof = make_profile(bandwidth_Bps=1e6)   # calibrated: 8 Mbit/s, no emulated rate recorded
+
+    def live(strategy, nodes, emulate):
+        assert emulate is None                  # a real cluster: nothing emulated
+        return {"strategy": strategy, "nodes": nodes, "iteration_s": 1.0, "compute_s": 0.5,
+                "exposed_comm_s": 0.5}
+
+    same = validate(ValidationGrid(strategies=("ring",), nodes=(2,), global_batch=64), prof,
+                    run_live=live)
+    faster = validate(ValidationGrid(strategies=("ring",), nodes=(2,), global_batch=64,
+                                     what_if_rate_Bps=1e8), prof, run_live=live)
+    asked = faster.rows[0]["predicted_s"]
+    assert asked < same.rows[0]["predicted_s"]
+    from commsim.api import Scenario
+    cores = float(__import__("os").cpu_count() or 1)
+    direct = predict(prof, "ring", 2, Scenario(global_batch=64, bandwidth_Bps=1e8,
+                                               shared_cpu_cores=cores,
+                                               bucket_bytes=25 * 1024 * 1024,
+                                               first_bucket_bytes=25 * 1024 * 1024))
+    assert asked == pytest.approx(direct.iteration_s)
+
+
+def test_what_if_rate_and_emulate_are_one_or_the_other(capsys):
+    from commsim.cli import main
+    assert main(["validate", "--emulate", "1gbit", "--what-if-rate", "10gbit"]) == 2
+    assert "--what-if-rate" in capsys.readouterr().err

@@ -39,6 +39,12 @@ def validate(
                                         "(default: the profile's model)."),
     data: Optional[Path] = typer.Option(None, "--data", file_okay=False,
                                         help="CIFAR-10 binary directory (default synthetic)."),
+    what_if_rate: Optional[str] = typer.Option(
+        None, "--what-if-rate", metavar="RATE",
+        help="The link rate the live cells run at, when it is not the profile's (a real "
+        "cluster whose links you changed since calibrating): predictions ask for it as "
+        "--bandwidth would, so one calibration checks a rate what-if.  With --emulate the "
+        "emulated rates play this part."),
     tolerance: float = typer.Option(10.0, "--tolerance", min=0.0,
                                     help="Median absolute error allowed, percent."),
     timeout: float = typer.Option(900.0, "--timeout", min=1.0, max=TIMEOUT_S.hi,
@@ -72,6 +78,10 @@ def validate(
     if min(node_list) < 2:
         raise UserError(f"--nodes {nodes!r}: validation needs at least 2 nodes per run")
     rates = tuple(parse_rate_Bps(r) for r in emulate.split(",")) if emulate else ()
+    if what_if_rate is not None and rates:
+        raise UserError("--what-if-rate is for a real cluster; with --emulate the emulated "
+                        "rates are the rates asked")
+    asked_Bps = None if what_if_rate is None else parse_rate_Bps(what_if_rate)
     if out is not None:
         check_output(out, force=force)  # before an hour of live runs, not after
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
@@ -95,7 +105,8 @@ def validate(
     grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
                           iterations=iterations, global_batch=sc.global_batch or DEFAULT_GLOBAL_BATCH,
                           batch_per_rank=sc.batch_per_rank, bucket_mb=bucket_mb, model=factory,
-                          data_dir=str(data) if data else None, timeout_s=timeout)
+                          data_dir=str(data) if data else None, timeout_s=timeout,
+                          what_if_rate_Bps=asked_Bps)
 
     def cluster_for_rate(rate, n):
         from commsim.calibrate import cluster
