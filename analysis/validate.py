@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from commsim.api import Scenario, predict
 from commsim.profile import Profile
-from commsim.spec import DEFAULT_GLOBAL_BATCH, MiB, measured_cpu_efficiency
+from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL, MiB, measured_cpu_efficiency
 from commsim.strategies import get_strategy
 from commsim.units import fmt_time
 
@@ -76,6 +76,8 @@ class ValidationGrid:
         parts = [f"k={self.sync_every}"] if self.sync_every != 1 else []
         parts += [f"g={self.group_size}"] if self.group_size else []
         parts += [self.compression] if self.compression else []
+        if self.model and self.model != DEFAULT_MODEL:   # another model than the seeds' VGG-11
+            parts.append(self.model.rpartition(":")[2])
         return " ".join(parts)
 
 

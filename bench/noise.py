@@ -31,6 +31,52 @@ def stolen() -> tuple[int, int] | None:
     return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
+class SpeedProbe:
+    """VGG-11 training iterations on one thread: the machine's compute speed now, in ms a
+    sample.  ``bench/fidelity`` times one between its cells to know how steady the machine
+    was over a run."""
+
+    def __init__(self, batch: int = 64):
+        import torch
+
+        from commsim.calibrate.compute import ComputeBench
+        from commsim.calibrate.models import VGG11_FACTORY, build_model
+
+        torch.set_num_threads(1)
+        self.batch = batch
+        self.bench = ComputeBench(lambda: build_model(VGG11_FACTORY), (3, 32, 32))
+        self.x, self.y = self.bench.batch(batch)
+        self.bench.iteration(self.x, self.y)   # untimed: allocations, caches
+
+    def window(self, seconds: float) -> tuple[float, int]:
+        """(ms a sample, iterations) over iterations until ``seconds`` have passed."""
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            self.bench.iteration(self.x, self.y)
+            n += 1
+        return 1e3 * (time.perf_counter() - start) / (n * self.batch), n
+
+
+def spread(speeds: list[float]) -> dict:
+    """How far a run's probe windows were apart: median, max/min, the largest deviation from
+    the median, and the share of windows more than 3% and 8% off (``bench/fidelity``'s
+    bounds)."""
+    med = statistics.median(speeds)
+    dev = [abs(s / med - 1.0) for s in speeds]
+    return {"windows": len(speeds), "median_ms": med, "min_ms": min(speeds),
+            "max_ms": max(speeds), "max_over_min": max(speeds) / min(speeds),
+            "largest_deviation": max(dev), "over_3pct": sum(d > 0.03 for d in dev),
+            "over_8pct": sum(d > 0.08 for d in dev)}
+
+
+def describe(s: dict) -> str:
+    return (f"{s['windows']} windows: median {s['median_ms']:.2f} ms/sample, min "
+            f"{s['min_ms']:.2f}, max {s['max_ms']:.2f} (max/min {s['max_over_min']:.2f}); "
+            f"largest deviation from the median {s['largest_deviation']:.1%}; windows more "
+            f"than 3% off: {s['over_3pct']}/{s['windows']}, more than 8% off: "
+            f"{s['over_8pct']}/{s['windows']}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=2.0)
@@ -38,36 +84,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
 
-    import torch
-
-    from commsim.calibrate.compute import ComputeBench
-    from commsim.calibrate.models import VGG11_FACTORY, build_model
-
-    torch.set_num_threads(1)
-    bench = ComputeBench(lambda: build_model(VGG11_FACTORY), (3, 32, 32))
-    x, y = bench.batch(args.batch)
-    bench.iteration(x, y)
+    probe = SpeedProbe(args.batch)
     speeds = []
     end = time.perf_counter() + 60.0 * args.minutes
     print(f"VGG-11, batch {args.batch}, one thread, {args.window:.0f} s windows:")
     while time.perf_counter() < end:
-        before, start, n = stolen(), time.perf_counter(), 0
-        while time.perf_counter() - start < args.window:
-            bench.iteration(x, y)
-            n += 1
-        took, after = time.perf_counter() - start, stolen()
-        speeds.append(1e3 * took / (n * args.batch))
+        before = stolen()
+        ms, n = probe.window(args.window)
+        after = stolen()
+        speeds.append(ms)
         steal = (f"{100.0 * (after[0] - before[0]) / max(1, after[1] - before[1]):4.1f}%"
                  if before and after else "")
         print(f"  {time.strftime('%H:%M:%S')}  {speeds[-1]:6.2f} ms/sample  {n:3d} iterations"
               f"  stolen {steal}", flush=True)
-    med = statistics.median(speeds)
-    dev = [abs(s / med - 1.0) for s in speeds]
-    print(f"{len(speeds)} windows: median {med:.2f} ms/sample, min {min(speeds):.2f}, max "
-          f"{max(speeds):.2f} (max/min {max(speeds) / min(speeds):.2f}); largest deviation "
-          f"from the median {max(dev):.1%}; windows more than 3% off: "
-          f"{sum(d > 0.03 for d in dev)}/{len(dev)}, more than 8% off: "
-          f"{sum(d > 0.08 for d in dev)}/{len(dev)}")
+    print(describe(spread(speeds)))
 
 
 if __name__ == "__main__":

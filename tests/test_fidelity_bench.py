@@ -48,3 +48,14 @@ def test_a_reports_rows_give_back_the_measurements_they_were_made_from():
         for field in ("iteration_s", "iteration_s_spread", "compute_s", "exposed_comm_s",
                       "bytes_sent_per_rank", "pass_iteration_s", "batch_per_rank"):
             assert again[key][field] == rec[field]
+
+
+def test_a_run_knows_how_steady_its_machine_was():
+    steady = fidelity.machine_spread([{"t_s": t, "ms_per_sample": v, "before": "cell"}
+                                      for t, v in enumerate((10.0, 10.2, 10.1))])
+    assert steady["judged"] and steady["spread"] == pytest.approx(0.02)
+    noisy = fidelity.machine_spread([{"t_s": 0, "ms_per_sample": 10.0, "before": "a"},
+                                     {"t_s": 1, "ms_per_sample": 11.0, "before": "b"}])
+    assert not noisy["judged"]
+    assert "cannot be judged on this machine" in fidelity.machine_verdict(noisy)
+    assert "not recorded" in fidelity.machine_verdict(fidelity.machine_spread([]))
