@@ -19,7 +19,8 @@ from commsim.units import fmt_bytes, fmt_rate, fmt_time
 # Metadata keys worth a line, in the order a reader wants them.
 MEASURED = ("source", "command", "created", "launch", "nodes", "ranks_per_host",
             "threads_per_rank", "cores", "cpu", "host", "torch_version", "backend",
-            "interface", "emulated_rate_Bps", "quick")
+            "interface", "emulated_rate_Bps", "quick", "device", "traces", "iterations",
+            "network_from")
 
 
 def summary(profile: Profile) -> dict[str, Any]:

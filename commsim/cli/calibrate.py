@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -60,9 +60,28 @@ def register(app: typer.Typer) -> None:
         collective_timeout: float = CollectiveTimeoutOpt,
         cluster_prefix: str = ClusterPrefixOpt,
         verbose: bool = VerboseOpt,
+        from_trace: Optional[List[Path]] = typer.Option(
+            None, "--from-trace", dir_okay=False, readable=False, metavar="TRACE",
+            help="Build the profile from a PyTorch profiler trace of your own training "
+            "(export_chrome_trace, record_shapes=True; CPU or GPU) instead of measuring: one "
+            "per batch size, repeatable.  Needs --network or --bandwidth."),
+        network: Optional[Path] = typer.Option(
+            None, "--network", dir_okay=False, readable=False, metavar="PROFILE",
+            help="With --from-trace: take the link and collective fits from this profile."),
+        bandwidth: Optional[str] = typer.Option(
+            None, "--bandwidth", help="With --from-trace: the link rate (tc spelling, 10gbit), "
+            "instead of or over --network's."),
+        latency: Optional[str] = typer.Option(None, "--latency",
+                                              help="With --from-trace: the link latency."),
     ) -> None:
         """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
         profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
+        if from_trace:
+            return _from_trace(from_trace, out=out, force=force, network=network,
+                               bandwidth=bandwidth, latency=latency)
+        if network is not None or bandwidth is not None or latency is not None:
+            raise UserError("--network, --bandwidth and --latency go with --from-trace "
+                            "(a measured calibration fits the link itself)")
         quiet_torch(verbose)
         from commsim.calibrate.fit import format_compute_reproduction, format_nccl_table
         from commsim.calibrate.runner import CalibrateOptions, run
@@ -88,3 +107,25 @@ def register(app: typer.Typer) -> None:
                        f"{fmt_time(fit.overhead_s):>9s}  gamma {fit.reduction_s_per_B:.3g} s/B")
         typer.echo(format_compute_reproduction(profile))
         typer.echo(f"wrote {out} (samples: {out}.samples.jsonl)")
+
+
+def _from_trace(traces: list[Path], *, out: Path, force: bool, network: Optional[Path],
+                bandwidth: Optional[str], latency: Optional[str]) -> None:
+    """``calibrate --from-trace``: a profile from the user's own profiler traces (no torch)."""
+    from commsim.analysis.inspect import format_summary, summary
+    from commsim.api import parse_latency_s
+    from commsim.calibrate.from_trace import profile_from_traces
+    from commsim.calibrate.runner import public_command
+    from commsim.files import check_output
+    from commsim.profile import load, save
+    from commsim.units import parse_rate_Bps
+
+    check_output(out, force=force)
+    profile = profile_from_traces(
+        traces, network=None if network is None else load(network),
+        bandwidth_Bps=None if bandwidth is None else parse_rate_Bps(bandwidth),
+        latency_s=None if latency is None else parse_latency_s(latency),
+        metadata={"command": public_command(["commsim", *sys.argv[1:]])})
+    save(profile, out, force=force)
+    typer.echo(format_summary(summary(profile), str(out)))
+    typer.echo(f"wrote {out}")
