@@ -96,7 +96,7 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         buckets=assign_buckets(profile.params, profile.grad_ready_fraction,
                                spec.bucket_bytes, spec.first_bucket_cap),
         buffer_bytes=profile.buffer_bytes,
-        wire_factor=wire_factors(profile),
+        wire_factor=wire_factors(profile, c.nic_bandwidth_Bps),
         input_shape=tuple(profile.input_shape),
         output_width=profile.params[-1].numel,   # the classifier's bias: one per class
         contention=contention_points(profile.network),
@@ -144,13 +144,24 @@ def clamped_piecewise(points: tuple, x: float) -> float:
     return points[-1][1]
 
 
-def wire_factors(profile: Profile) -> dict:
-    """Per collective: point-to-point link bandwidth / the collective's fitted bandwidth, at
-    least 1.  A fit slower than the link means the calibrated system could not drive the link
-    at full rate inside that collective (CPU-bound Gloo threads, co-located ranks)."""
+def wire_factors(profile: Profile, link_Bps: float | None = None) -> dict:
+    """Per collective: how much longer one of its bytes holds the link than a plain message's,
+    on a link of ``link_Bps`` (None: the calibrated one).  Two sides, the larger wins:
+
+    * the wire side, as calibrated: point-to-point link bandwidth / the collective's fitted
+      bandwidth, at least 1 (Gloo could not drive the link at full rate inside it);
+    * the host side, where calibration measured it (``host_bandwidth_Bps``: the rate with the
+      link out of the way): link / host rate, so that a what-if link faster than the host can
+      feed leaves the collective at the host's rate instead of scaling it with the link.
+    At the calibrated link the host side never exceeds the fitted one: calibrated predictions
+    are the same with or without it."""
     out = {}
-    link = profile.network.bandwidth_Bps
+    calibrated = profile.network.bandwidth_Bps
+    link = calibrated if link_Bps is None else link_Bps
     for name, fit in profile.collectives.items():
         if name != "send_recv" and fit.bandwidth_Bps > 0:
-            out[name] = max(1.0, link / fit.bandwidth_Bps)
+            factor = max(1.0, calibrated / fit.bandwidth_Bps)
+            if fit.host_bandwidth_Bps:
+                factor = max(factor, link / max(fit.host_bandwidth_Bps, fit.bandwidth_Bps))
+            out[name] = factor
     return out

@@ -139,6 +139,9 @@ class CollectiveFit:
     ``latency_s`` and ``bandwidth_Bps`` are the α and 1/β of the α-β model for the collective's
     underlying messages, ``reduction_s_per_B`` the γ (CPU seconds per byte reduced) and
     ``overhead_s`` the fixed cost of one call (Python, dispatch, Gloo's bookkeeping).
+    ``host_bandwidth_Bps`` (optional) is the host side: the rate the collective reaches with
+    the link out of the way (copies, the TCP stack, reductions on the CPUs); a link what-if
+    faster than the calibrated one cannot take the collective past it (``costs.wire_factors``).
     """
     latency_s: float
     bandwidth_Bps: float
@@ -147,6 +150,7 @@ class CollectiveFit:
     world_size: int = 2
     r2: float | None = None
     ci95: Mapping[str, Any] | None = None
+    host_bandwidth_Bps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -407,7 +411,8 @@ def profile_from_dict(data: Any) -> Profile:
             world_size=_int(g(fit, "world_size", path, int, required=False) or 2,
                             f"{path}.world_size"),
             r2=g(fit, "r2", path, float, required=False),
-            ci95=g(fit, "ci95", path, dict, required=False))
+            ci95=g(fit, "ci95", path, dict, required=False),
+            host_bandwidth_Bps=_opt_num(fit, "host_bandwidth_Bps", where=path, positive=True))
     samples = g(data, "samples", "", dict, required=False) or {}
     return Profile(schema_version=version, metadata=metadata, model_name=name,
                    input_shape=input_shape, params=params, compute=compute,
@@ -443,8 +448,8 @@ def _contention(net: dict) -> dict:
                                               positive=True)}
 
 
-def _opt_num(obj: dict, key: str, **kw) -> float | None:
-    return None if obj.get(key) is None else _num(obj[key], f"network.{key}", **kw)
+def _opt_num(obj: dict, key: str, where: str = "network", **kw) -> float | None:
+    return None if obj.get(key) is None else _num(obj[key], f"{where}.{key}", **kw)
 
 
 def loads(text: str) -> Profile:
