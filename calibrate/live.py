@@ -59,7 +59,7 @@ import torch.nn as nn
 
 from commsim.calibrate.cifar import SYNTHETIC_KINDS, load_dataset
 from commsim.calibrate.models import SGD_LR, build_model, sgd
-from commsim.calibrate.worker import set_threads
+from commsim.calibrate.launch.settings import set_threads
 from commsim.errors import UserError
 from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 from commsim.strategies import get_strategy, live_strategy_names

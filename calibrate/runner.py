@@ -21,7 +21,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -29,12 +28,11 @@ import shlex
 import socket
 import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from commsim.calibrate import collectives as C
 from commsim.calibrate import compute as K
@@ -42,6 +40,8 @@ from commsim.calibrate import corunner
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch import (DEFAULT_COLLECTIVE_TIMEOUT_S, cpu_cores, default_threads,
                                       from_env, launch, run_from_env)
+from commsim.calibrate.launch.heartbeat import Beat, heartbeat
+from commsim.calibrate.launch.settings import runtime_info
 from commsim.calibrate.models import VGG11_FACTORY, buffer_specs, build_model, param_specs
 from commsim.errors import RunFailed, UserError
 from commsim.files import atomic_write_text, check_output, parse_json, read_text
@@ -63,8 +63,6 @@ OVERSUBSCRIBE = 2.0
 MAX_CORUNNERS = 2
 SAMPLES_SUFFIX = ".samples.jsonl"
 WORKER = "commsim.calibrate.runner:calibrate_rank"
-# How often ranks waiting for a long solo phase check that the others are alive.
-HEARTBEAT_S = 1.0
 
 
 # Options whose value is a path on the machine that ran the command.
@@ -355,72 +353,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                 if k else f"contention alone: all_reduce {nbytes} B {_med(rec['times_s'])}")
     if rank != 0:
         return {"rank": rank}
-    from commsim.calibrate.worker import runtime_info
-
     return {"rank": 0, "records": records, "ranks_per_host": colocated, "hosts": hosts,
             "runtime": runtime_info()}
-
-
-@contextlib.contextmanager
-def heartbeat(group, timeout_s: float, period_s: float = HEARTBEAT_S) -> Iterator[Beat]:
-    """Run the block on every rank of ``group``, however long each rank takes, without ever
-    waiting longer than the group's (short) timeout for a message.
-
-    A thread on every rank all-reduces (MIN) "my block is done" every ``period_s`` until all
-    are, so the ranks leave together (a barrier) and a rank that dies or loses its link stops
-    the others' heartbeats within ``timeout_s`` (the group's timeout).  A rank whose heartbeat
-    fails exits at once: its main thread may be busy measuring for minutes."""
-    import torch
-    import torch.distributed as dist
-
-    finished, everyone = threading.Event(), threading.Event()
-    if dist.get_world_size(group) < 2:
-        everyone.set()
-        yield Beat(finished, everyone)
-        return
-    # Several beats per timeout, so a rank waiting on a slow peer's sleep never times out.
-    period = min(period_s, timeout_s / 4)
-
-    def beat() -> None:
-        try:
-            while True:
-                flag = torch.tensor([1 if finished.is_set() else 0], dtype=torch.int32)
-                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-                if int(flag) == 1:
-                    everyone.set()
-                    return
-                finished.wait(period)  # wakes at once when this rank's block ends
-        except BaseException as exc:  # noqa: BLE001 - any failure ends this rank
-            from commsim.calibrate.worker import EXIT_FAILED
-
-            from commsim.calibrate.worker import print_last_line
-
-            rank = dist.get_rank()
-            print_last_line(rank, RunFailed(f"rank {rank}: heartbeat with the other ranks "
-                                            f"failed: {exc}"))
-            os._exit(EXIT_FAILED)
-
-    thread = threading.Thread(target=beat, name="commsim-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield Beat(finished, everyone)
-    finally:
-        finished.set()
-        thread.join()
-
-
-@dataclass(frozen=True)
-class Beat:
-    """What a ``heartbeat`` block sees: ``finish()`` says this rank's part is done before the
-    block ends; ``everyone_finished()`` whether every rank has said so (within a period)."""
-    _finished: threading.Event
-    _everyone: threading.Event
-
-    def finish(self) -> None:
-        self._finished.set()
-
-    def everyone_finished(self) -> bool:
-        return self._everyone.is_set()
 
 
 def measure_together(bench: K.ComputeBench, batch_size: int, reps: int, beat: Beat) -> dict:

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 from commsim.calibrate import launch as L  # noqa: E402
 from commsim.errors import RunFailed, UserError  # noqa: E402
 
-SELFTEST = "commsim.calibrate.worker:selftest"
+SELFTEST = "commsim.calibrate.launch.worker:selftest"
 
 
 def test_launch_returns_each_ranks_dict_in_rank_order(tmp_path):

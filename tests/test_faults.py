@@ -33,6 +33,7 @@ psutil = pytest.importorskip("psutil")
 
 import commsim.profile as P  # noqa: E402
 from commsim.calibrate import cluster  # noqa: E402
+from commsim.calibrate.launch.spawn import WORKER_MODULE  # noqa: E402
 from commsim.calibrate.runner import samples_path  # noqa: E402
 
 # Our own cluster, unique per test process: never a user's cluster, nor another run's of
@@ -42,7 +43,6 @@ RATE = "1gbit"
 SMALL = "commsim.calibrate.live:small_cnn"
 EXIT_BOUND_S = 60.0
 COLLECTIVE_TIMEOUT = "3"  # short Gloo timeouts keep link/master faults cheap to test
-WORKER_MODULE = "commsim.calibrate.worker"
 LOG_ENV = "COMMSIM_FAULTS_LOG"
 
 

@@ -1,14 +1,14 @@
-"""One rank of a launched run: ``python -m commsim.calibrate.worker SPEC.json``.
+"""One rank of a launched run: ``python -m commsim.calibrate.launch.worker SPEC.json``.
 
-1. Read the spec written by ``commsim.calibrate.launch`` (worker name, config, world size,
-   master address/port, timeouts, output folder); the rank comes from ``RANK``.
+1. Read the spec written by ``spawn.launch`` (worker name, config, world size, master
+   address/port, timeouts, output folder); the rank comes from ``RANK``.
 2. Pin the thread count (torch and OMP) before any work, so co-located ranks do not oversubscribe.
 3. ``init_process_group("gloo")`` with an explicit timeout (which also bounds every collective);
    failures are turned into one line that names the master address and port.
 4. Call ``fn(rank, world_size, config)`` and write its dict atomically to ``rank{r}.json``.
 5. Any error: one line ``rank R: ...`` as the last stderr line, exit 2 (user error) or 1.
 
-The same ``run_rank`` also runs in-process under torchrun (``launch.run_from_env``).
+The same ``run_rank`` also runs in-process under torchrun (``torchrun.run_from_env``).
 """
 from __future__ import annotations
 
@@ -22,35 +22,13 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
+from commsim.calibrate.launch.settings import runtime_info, set_threads
 from commsim.errors import RunFailed, UserError
 from commsim.files import atomic_write_text
 
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
-
-
-def set_threads(threads: int) -> dict[str, Any]:
-    """Pin torch's intra-op threads (and OMP/MKL for libraries started later); report them."""
-    import torch
-
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
-    return runtime_info()
-
-
-def runtime_info() -> dict[str, Any]:
-    """What the rank runs with: threads, host, interface (recorded in profiles and traces)."""
-    import torch
-
-    return {"torch_threads": torch.get_num_threads(),
-            "torch_interop_threads": torch.get_num_interop_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "host": socket.gethostname(),
-            "interface": os.environ.get("GLOO_SOCKET_IFNAME"),
-            "pid": os.getpid()}
 
 
 def _init_error(exc: BaseException, rank: int, addr: str, port: int, timeout_s: float):
@@ -161,7 +139,7 @@ def selftest(rank: int, world_size: int, config: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m commsim.calibrate.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m commsim.calibrate.launch.worker SPEC.json", file=sys.stderr)
         return EXIT_USER_ERROR
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     rank = int(os.environ["RANK"])
