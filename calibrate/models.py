@@ -8,6 +8,9 @@
    every command.
 3. ``param_specs`` lists the parameters in registration order: the order autograd hooks,
    gradient buckets and the profile use.
+4. ``small_cnn`` and ``small_mlp`` are tiny models for tests and CI-sized live runs (named
+   ``commsim.calibrate.live:small_cnn`` in tests, reports and saved results: ``live`` re-exports
+   them).
 """
 from __future__ import annotations
 
@@ -61,6 +64,22 @@ def vgg11_cifar(num_classes: int = 10, track_running_stats: bool = True) -> nn.M
     """The assignment's VGG-11 for CIFAR-10 (``track_running_stats=False`` is what the seed
     report used to keep BatchNorm identical across ranks)."""
     return VGG(VGG11_CFG, num_classes=num_classes, track_running_stats=track_running_stats)
+
+
+def small_cnn(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """A tiny conv net (conv-BN-ReLU-pool, linear) for fast tests and CI-sized live runs."""
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8, track_running_stats=track_running_stats),
+        nn.ReLU(), nn.MaxPool2d(4),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
+        nn.Flatten(), nn.Linear(16 * 2 * 2, num_classes))
+
+
+def small_mlp(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """A tiny model without batch norm: data-parallel training equals single-process training
+    on the same global batch exactly (up to float reassociation)."""
+    return nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear(3 * 8 * 8, 32), nn.ReLU(),
+                         nn.Linear(32, num_classes))
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:

@@ -416,7 +416,7 @@ def test_live_training_depends_only_on_its_explicit_seed(monkeypatch):
 
     # The worker would pin this (pytest's) process's threads for the tests after us: don't.
     threads = torch.get_num_threads()
-    monkeypatch.setattr(live, "pin_threads", lambda cfg: threads)
+    monkeypatch.setattr(live.worker, "pin_threads", lambda cfg: threads)
 
     cfg = live.LiveConfig(strategy="single", batch_per_rank=4, iterations=2, model=SMALL,
                           synthetic_size=64, seed=3, threads_per_rank=1)
