@@ -42,3 +42,21 @@ def test_the_cnn_learns_the_digits():
             torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64]).backward()
             opt.step()
     assert (model(xt).argmax(1) == yt).float().mean() > 0.8
+
+
+@pytest.mark.slow
+def test_live_trains_on_the_digits(capsys):
+    """--data digits picks the small CNN (VGG-11 cannot take 8x8) and reports test accuracy."""
+    import json
+
+    from commsim.cli import main
+    assert main(["live", "--strategy", "ring", "--nodes", "2", "--data", "digits",
+                 "--iterations", "30", "--global-batch", "64", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["test_accuracy"] > 0.3
+
+
+def test_data_that_is_neither_a_folder_nor_digits_is_one_line(capsys, tmp_path):
+    from commsim.cli import main
+    assert main(["live", "--strategy", "single", "--data", str(tmp_path / "nope")]) == 2
+    assert "neither a directory nor 'digits'" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """What a live rank trains on: the run's model, its data set and its share of every batch.
 
 The model comes from the config's factory ("module:function", ``build_model``); the data is
-CIFAR-10 from ``data_dir`` or a synthetic stand-in (``cifar.load_dataset``); ``batches`` deals
-each rank its DistributedSampler partition of every batch.
+CIFAR-10 from ``data_dir``, scikit-learn's real handwritten digits (``data_dir="digits"``,
+``calibrate.digits``), or a synthetic stand-in (``cifar.load_dataset``); ``batches`` deals each
+rank its DistributedSampler partition of every batch.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch.nn as nn
 
 from commsim.calibrate.cifar import load_dataset
+from commsim.calibrate.digits import DIGITS
 from commsim.calibrate.models import build_model
 
 if TYPE_CHECKING:
@@ -23,8 +25,12 @@ def live_model(cfg: "LiveConfig") -> nn.Module:
 
 
 def load_data(cfg: "LiveConfig", train: bool):
-    """CIFAR-10 from ``cfg.data_dir`` or synthetic images (``cfg.synthetic``); crop/flip on
-    training data if ``cfg.augment``."""
+    """CIFAR-10 from ``cfg.data_dir``, the digits, or synthetic images (``cfg.synthetic``);
+    crop/flip on CIFAR training data if ``cfg.augment``."""
+    if cfg.data_dir == DIGITS:
+        from commsim.calibrate.digits import DigitsDataset
+
+        return DigitsDataset(train)
     return load_dataset(cfg.data_dir, train=train, synthetic_size=cfg.synthetic_size,
                         seed=cfg.seed, augment=train and cfg.augment, synthetic=cfg.synthetic)
 

@@ -9,9 +9,10 @@ import typer
 
 from commsim.cli import options as o
 from commsim.cli.cluster import QuietOpt, VerboseOpt, quiet_torch
+from commsim.cli.live import data_and_model
 from commsim.progress import Progress
 from commsim.limits import TIMEOUT_S
-from commsim.spec import DEFAULT_GLOBAL_BATCH
+from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +39,8 @@ def validate(
     model: Optional[str] = typer.Option(None, "--model", help="nn.Module factory module:function "
                                         "(default: the profile's model)."),
     data: Optional[Path] = typer.Option(None, "--data", file_okay=False,
-                                        help="CIFAR-10 binary directory (default synthetic)."),
+                                        help="CIFAR-10 binary directory, or 'digits' (default "
+                                        "synthetic)."),
     what_if_rate: Optional[str] = typer.Option(
         None, "--what-if-rate", metavar="RATE",
         help="The link rate the live cells run at, when it is not the profile's (a real "
@@ -102,10 +104,11 @@ def validate(
                                           emulate_Bps=rates[0] if rates else None, quick=quick,
                                           **kw), progress=sys.stderr)
     factory = model or (prof.model_name if ":" in prof.model_name else None)
+    data_dir, factory = data_and_model(data, factory or DEFAULT_MODEL)
     grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
                           iterations=iterations, global_batch=sc.global_batch or DEFAULT_GLOBAL_BATCH,
                           batch_per_rank=sc.batch_per_rank, bucket_mb=bucket_mb, model=factory,
-                          data_dir=str(data) if data else None, timeout_s=timeout,
+                          data_dir=data_dir, timeout_s=timeout,
                           what_if_rate_Bps=asked_Bps)
 
     def cluster_for_rate(rate, n):
