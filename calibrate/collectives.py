@@ -10,8 +10,8 @@ For each collective and size (``measure``), on every rank of the default process
    nccl-tests) and reset the buffers;
 4. one MAX all-reduce gathers the per-repetition times (the slowest rank ends the collective)
    and one SUM the wrong counts, so rank 0 holds the record.
-``sweep`` runs the sizes upward and stops before a size whose predicted time per call exceeds
-``max_call_s`` (the time grows ~linearly in size), so slow links keep the run short.
+``sweep_sizes`` runs the sizes upward and stops before a size whose predicted time per call
+exceeds ``max_call_s`` (the time grows ~linearly in size), so slow links keep the run short.
 
 Sizes are message sizes per rank in bytes (float32, so ``count = bytes / 4``): the buffer being
 reduced for all_reduce, each rank's piece for gather/scatter, the whole buffer for broadcast and
@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -162,23 +162,17 @@ def measure(op: str, nbytes: int, spec: CollectiveSpec) -> dict:
             "wrong": int(wrong_t.item())}
 
 
-def sweep(op: str, spec: CollectiveSpec, done: dict[int, dict] | None = None,
-          on_record: Callable[[dict], None] | None = None) -> list[dict]:
-    """All sizes of one op, smallest first, skipping ``done`` sizes (resume) and stopping
-    before a size predicted to take longer than ``spec.max_call_s`` per call."""
-    done = done or {}
+def sweep_sizes(op: str, spec: CollectiveSpec, record_of: Callable[[int], dict]) -> Iterator[int]:
+    """One op's sizes, smallest first, stopping before a size predicted to take longer than
+    ``spec.max_call_s`` per call.  After each size is yielded, ``record_of(size)`` must give its
+    record (measured, or resumed from an interrupted run): the prediction is made from them."""
     sizes = (0,) if op == "barrier" else spec.sizes_bytes
     records = []
     for i, n in enumerate(sizes):
-        record = done.get(n)
-        if record is None:
-            record = measure(op, n, spec)
-            if on_record is not None:
-                on_record(record)
-        records.append(record)
+        yield n
+        records.append(record_of(n))
         if i + 1 < len(sizes) and _next_call_s(records, sizes[i + 1], op) > spec.max_call_s:
-            break
-    return records
+            return
 
 
 def _next_call_s(records: list[dict], next_bytes: int, op: str) -> float:

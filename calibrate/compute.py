@@ -11,7 +11,7 @@ A sweep of batch sizes (``interleaved``):
    gradient is ready; stamps become fractions 0..1 of that backward's duration (registration
    order), the shape DDP's bucketing overlaps communication with.
 ``merge_rounds`` makes one record per size of the rounds' records; ``measure_batch`` times one
-size back to back (every rank at once: ``runner.measure_together``).
+size back to back (every rank at once: ``phases.contended.measure_together``).
 For CIFAR-shaped models the calibration also times loading one batch the way ``commsim live``
 does (``measure_data``: DataLoader over the CIFAR dataset with crop/flip augmentation, in the
 training process): the ``data`` phase, which a live iteration spends before its forward.
@@ -117,6 +117,34 @@ def round_slots(reps: int, rounds: int) -> set[int]:
     return {i * rounds // reps for i in range(reps)}
 
 
+class RoundSweep:
+    """An interleaved sweep's plan (see ``interleaved``): every size warmed up, its last warm-up
+    setting its repetitions (``planned_reps``), and the (size, round) ``slots`` in timing order:
+    round by round, every size once in the rounds ``round_slots`` gives it."""
+
+    def __init__(self, bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None):
+        self.bench, self.spec = bench, spec
+        sizes = tuple(spec.batch_sizes if batch_sizes is None else batch_sizes)
+        self.inputs = {b: bench.batch(b) for b in sizes}
+        self.planned = {}
+        for b in sizes:
+            first = 0.0
+            for _ in range(spec.warmup):
+                f, bw, o, _ = bench.iteration(*self.inputs[b])
+                first = f + bw + o
+            self.planned[b] = planned_reps(first, spec)
+        rounds = max(self.planned.values(), default=0)
+        given = {b: round_slots(n, rounds) for b, n in self.planned.items()}
+        self.slots = [(b, r) for r in range(rounds) for b in sizes if r in given[b]]
+
+    def measure(self, batch_size: int, round: int) -> dict:
+        """One timed iteration of ``batch_size`` in ``round``: its record."""
+        f, bw, o, fractions = self.bench.iteration(*self.inputs[batch_size])
+        return {"batch_size": batch_size, "round": round, "of": self.planned[batch_size],
+                "warmup": self.spec.warmup, "forward_s": [f], "backward_s": [bw],
+                "optimizer_s": [o], "grad_ready": np.asarray(fractions).round(5).tolist()}
+
+
 def interleaved(bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None, *,
                 done: frozenset = frozenset()) -> Iterator[dict]:
     """Time every batch size in interleaved rounds; yields one record per (size, round).
@@ -129,25 +157,13 @@ def interleaved(bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None, *,
        (``planned_reps``);
     2. rounds 0..R-1 (R the most repetitions planned): each size runs one timed iteration in
        the rounds ``round_slots`` gives it, skipping (size, round) pairs in ``done`` (resume).
+    The calibration's alone phase walks a ``RoundSweep`` itself, so that its own loop skips
+    what a resumed run has.
     """
-    sizes = tuple(spec.batch_sizes if batch_sizes is None else batch_sizes)
-    inputs = {b: bench.batch(b) for b in sizes}
-    planned = {}
-    for b in sizes:
-        first = 0.0
-        for _ in range(spec.warmup):
-            f, bw, o, _ = bench.iteration(*inputs[b])
-            first = f + bw + o
-        planned[b] = planned_reps(first, spec)
-    rounds = max(planned.values(), default=0)
-    slots = {b: round_slots(n, rounds) for b, n in planned.items()}
-    for r in range(rounds):
-        for b in sizes:
-            if r in slots[b] and (b, r) not in done:
-                f, bw, o, fractions = bench.iteration(*inputs[b])
-                yield {"batch_size": b, "round": r, "of": planned[b], "warmup": spec.warmup,
-                       "forward_s": [f], "backward_s": [bw], "optimizer_s": [o],
-                       "grad_ready": np.asarray(fractions).round(5).tolist()}
+    sweep = RoundSweep(bench, spec, batch_sizes)
+    for b, r in sweep.slots:
+        if (b, r) not in done:
+            yield sweep.measure(b, r)
 
 
 def merge_rounds(records: list[dict]) -> list[dict]:

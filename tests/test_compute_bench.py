@@ -72,7 +72,8 @@ def test_compute_reps_sets_the_fewest_repetitions_of_every_size(reps, seconds, w
 def test_compute_reps_joins_the_resume_fingerprint_only_when_given():
     from pathlib import Path
 
-    from commsim.calibrate.runner import CalibrateOptions, _fingerprint
+    from commsim.calibrate.runner import CalibrateOptions
+    from commsim.calibrate.samples import _fingerprint
 
     plain = _fingerprint(CalibrateOptions(out=Path("p.json")), 2)
     assert "compute_reps" not in plain  # logs from before the option still resume
@@ -118,7 +119,8 @@ def test_a_rank_done_first_keeps_computing_until_every_rank_is_done():
     heartbeat says every rank has finished (here: after 5 more)."""
     import threading
 
-    from commsim.calibrate.runner import Beat, measure_together
+    from commsim.calibrate.launch.heartbeat import Beat
+    from commsim.calibrate.phases.contended import measure_together
 
     finished, everyone = threading.Event(), threading.Event()
     bench = FakeBench(0.01)
@@ -138,7 +140,7 @@ def test_the_contended_table_is_the_slowest_ranks():
     """Rank 1 is slower by median (1.2 s vs 1.0 s an iteration) though rank 0 has the slowest
     single repetition: rank 1's repetitions stand for the record; without per-rank data the
     pooled ones do."""
-    from commsim.calibrate.runner import slowest_rank
+    from commsim.calibrate.phases.contended import slowest_rank
 
     per_rank = {"forward_s": [[0.5, 0.5, 1.5], [0.6, 0.6, 0.6]],
                 "backward_s": [[0.4, 0.4, 0.4], [0.5, 0.5, 0.5]],

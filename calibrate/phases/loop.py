@@ -1,0 +1,90 @@
+"""One rank of ``commsim calibrate``: every phase in turn, resumable (``calibrate_rank``).
+
+The launched worker (``runner.WORKER``).  Rank 0 hands every rank the records of an interrupted
+run (``--resume``); then, for each phase of ``PHASES`` in order:
+1. a solo phase runs inside one heartbeat block (``launch.heartbeat``): the ranks that do not
+   measure wait for rank 0 as long as it takes, and still notice a dead peer within the
+   collective timeout;
+2. each key the phase plans is measured unless a record of it was resumed; rank 0 appends the
+   record to the samples log at once (fsynced: a killed run keeps it) and prints its progress;
+3. the phase releases what it held; the model is freed after the last phase that times it.
+Rank 0 returns every record, resumed and new, for the profile (``assemble``).
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from commsim.calibrate import compute as K
+from commsim.calibrate.launch.heartbeat import heartbeat
+from commsim.calibrate.launch.settings import runtime_info
+from commsim.calibrate.models import build_model
+from commsim.calibrate.phases import PHASES
+from commsim.calibrate.phases.base import Phase, RankContext
+from commsim.calibrate.samples import SampleLog
+
+
+class Progress:
+    """Progress lines on stderr, with the time since the run started (rank 0 only)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(f"[calibrate {time.monotonic() - self.start:6.1f}s] {text}", file=sys.stderr,
+                  flush=True)
+
+
+def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
+    """Measure every phase on this rank (see the module docstring); rank 0 returns all records."""
+    import torch.distributed as dist
+
+    log = SampleLog(config["samples_path"]) if rank == 0 else None
+    say = Progress(rank == 0)
+    holder = [config.get("done", []) if rank == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    resumed: list[dict] = holder[0]
+    hosts: list[Any] = [None] * world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    # Waiting for rank 0's solo phases can take minutes, longer than any collective timeout:
+    # the ranks heartbeat on their own group meanwhile, so a dead link is still found quickly.
+    beat_s = float(config["collective_timeout_s"])
+    beat_group = dist.new_group(timeout=timedelta(seconds=beat_s))
+    bench = K.ComputeBench(lambda: build_model(config["model"]), tuple(config["input_shape"]))
+    ctx = RankContext(rank, world_size, config, hosts, lambda: heartbeat(beat_group, beat_s),
+                      bench)
+    phases: list[Phase] = [phase() for phase in PHASES]
+    ctx.taken = {key: r for r in resumed for phase in phases
+                 if (key := phase.key(r)) is not None}
+    records = list(resumed) if rank == 0 else []
+    for i, phase in enumerate(phases):
+        with ctx.heartbeat() if phase.solo else contextlib.nullcontext():
+            try:
+                for key in phase.plan(ctx):
+                    if key in ctx.taken:
+                        continue
+                    record = phase.measure(ctx, key)
+                    if phase.key(record) != key:  # resume would measure it again, forever
+                        raise RuntimeError(f"{type(phase).__name__} measured {key} but its "
+                                           f"record reads as {phase.key(record)}")
+                    ctx.taken[key] = record
+                    if log is not None:
+                        log.append(record)
+                        records.append(record)
+                        line = phase.progress(record)
+                        if line:
+                            say(line)
+            finally:
+                phase.close()
+        if not any(later.uses_model for later in phases[i + 1:]):
+            ctx.bench = None  # the model and its activations: freed before the collectives
+    if rank != 0:
+        return {"rank": rank}
+    return {"rank": 0, "records": records, "ranks_per_host": ctx.colocated, "hosts": hosts,
+            "runtime": runtime_info()}
