@@ -54,3 +54,32 @@ def error_summary(rows: list[dict]) -> dict:
     errs = [abs(r["error_pct"]) for r in rows]
     return {"rows": len(rows), "mean_abs_error_pct": sum(errs) / len(errs),
             "max_abs_error_pct": max(errs)}
+
+
+TRAFFIC_REQUIRED = {"workers": int, "sync_every": int, "epochs": int, "measured_bytes": float,
+                    "predicted_bytes": float, "accuracy_mean": float, "accuracy_min": float,
+                    "accuracy_max": float}
+
+
+def load_traffic_accuracy(path: str | Path) -> list[dict]:
+    """The rows of ``bench/traffic_accuracy``'s JSON (its ``rows``), checked like a validation."""
+    p = Path(path)
+    data = read_json(p, "--traffic-accuracy")
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"--traffic-accuracy {p}: expected bench/traffic_accuracy's JSON, an "
+                        "object with a non-empty 'rows' list")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise UserError(f"--traffic-accuracy {p}: row {i} must be an object")
+        for key, kind in TRAFFIC_REQUIRED.items():
+            value = row.get(key)
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and math.isfinite(value) and (kind is float or value >= 1))
+            if not ok:
+                raise UserError(f"--traffic-accuracy {p}: row {i} '{key}' must be "
+                                f"{'a number' if kind is float else 'an integer >= 1'}, "
+                                f"got {value!r}")
+        out.append(dict(row))
+    return out

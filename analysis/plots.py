@@ -458,3 +458,51 @@ VALIDATION_COLUMNS: tuple[Column, ...] = (
     ("strategy", "strategy", str), ("nodes", "nodes", str),
     ("predicted", "predicted_s", fmt_time), ("measured", "measured_s", fmt_time),
     ("spread", "measured_spread_s", fmt_time), ("error (%)", "error_pct", num("+.1f")))
+
+
+def _setting(row: dict) -> str:
+    if row.get("group_size"):
+        return f"groups of {row['group_size']}"
+    return "all-reduce" if row["sync_every"] == 1 else f"k={row['sync_every']}"
+
+
+def traffic_figure(rows: Sequence[dict]) -> Figure:
+    """The seed document's trade-off: traffic against accuracy, one panel per worker count."""
+    fig = page("Network traffic vs accuracy",
+               "Per worker count: bytes every interface counted over the run (all ranks, both "
+               "directions) against test accuracy (mean over seeds, bars min-max) for "
+               "all-reduce, local aggregation (k) and groups; filled: the document's epochs, "
+               "hollow: longer runs.  Left and up is better.")
+    workers = sorted({r["workers"] for r in rows})
+    gs = fig.add_gridspec(1, len(workers), left=0.06, right=0.98, top=0.84, bottom=0.14,
+                          wspace=0.3)
+    for j, w in enumerate(workers):
+        ax = fig.add_subplot(gs[0, j])
+        mine = [r for r in rows if r["workers"] == w]
+        for i, setting in enumerate(dict.fromkeys(_setting(r) for r in mine)):
+            color = COMM_COLORS[i % len(COMM_COLORS)]
+            for r in (r for r in mine if _setting(r) == setting):
+                short = not r.get("long")
+                mean = 100 * r["accuracy_mean"]
+                ax.errorbar([r["measured_bytes"] / 2**20], [mean],
+                            yerr=[[mean - 100 * r["accuracy_min"]],
+                                  [100 * r["accuracy_max"] - mean]],
+                            fmt="o", mfc=color if short else "none", mec=color, color=color,
+                            capsize=2, label=setting if short else None)
+        ax.set_title(f"{w} workers", fontsize=10)
+        ax.set_xlabel("traffic (MiB)")
+        if j == 0:
+            ax.set_ylabel("test accuracy (%)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    return fig
+
+
+TRAFFIC_COLUMNS: tuple[Column, ...] = (
+    ("workers", "workers", str), ("k", "sync_every", str),
+    ("g", "group_size", lambda v: str(v) if v else "all"), ("epochs", "epochs", str),
+    ("measured", "measured_bytes", fmt_bytes), ("predicted", "predicted_bytes", fmt_bytes),
+    ("error (%)", "bytes_error_pct", num("+.2f")),
+    ("accuracy", "accuracy_mean", lambda v: f"{100 * v:.1f}%"),
+    ("min", "accuracy_min", lambda v: f"{100 * v:.1f}%"),
+    ("max", "accuracy_max", lambda v: f"{100 * v:.1f}%"))

@@ -125,7 +125,8 @@ def _check(opt: ReportOptions) -> None:
 
 
 def build_report(profile: Profile, options: ReportOptions = ReportOptions(),
-                 validation: Sequence[dict] | None = None) -> ReportData:
+                 validation: Sequence[dict] | None = None,
+                 traffic_accuracy: Sequence[dict] | None = None) -> ReportData:
     """Predict every run the pages need and collect the tables (no plotting here)."""
     opt = options
     _check(opt)
@@ -151,6 +152,8 @@ def build_report(profile: Profile, options: ReportOptions = ReportOptions(),
     if validation:
         t["validation"] = [dict(r) for r in validation]
         summary = compare.error_summary(list(validation))
+    if traffic_accuracy:
+        t["traffic_accuracy"] = [dict(r) for r in traffic_accuracy]
     return ReportData(options=opt, sections=_sections(profile, opt), tables=t,
                       fit_views=tuple(views), threads_per_rank=profile.compute.threads_per_rank,
                       validation_summary=summary)
@@ -209,6 +212,15 @@ def page_builders(data: ReportData) -> list:
                                   "Predicted and measured seconds per iteration, the measured "
                                   "spread, and the prediction error in percent of the "
                                   "measurement.", P.VALIDATION_COLUMNS, t["validation"]),
+        ]
+    if "traffic_accuracy" in t:
+        pages += [
+            lambda: P.traffic_figure(t["traffic_accuracy"]),
+            lambda: P.table_pages("Traffic and accuracy per setting",
+                                  "Bytes every interface counted (all ranks, both directions) "
+                                  "and predicted, and the test accuracy over the seeds, per "
+                                  "worker count, local aggregation k, groups g and epochs.",
+                                  P.TRAFFIC_COLUMNS, t["traffic_accuracy"]),
         ]
     return pages
 

@@ -60,12 +60,14 @@ def model_profile(profile: Profile, model_spec: str) -> Profile:
                    grad_ready_fraction=tuple((n - i) / n for i in range(n)))
 
 
-def settings(workers: int, longer: int) -> list[tuple[int, int | None, int]]:
-    """(k, g, epochs) of one worker count: k = 1..W, then groups of 2, each also ``longer``."""
+def settings(workers: int, longer: int) -> list[tuple[int, int | None, int, bool]]:
+    """(k, g, epochs, long) of one worker count: k = 1..W, then groups of 2, each also
+    ``longer`` times as long."""
     base = [(k, None, 12 + 3 * (k - 1)) for k in range(1, workers + 1)]
     if workers > 2:
         base.append((1, 2, 12 + 3 * (workers - 1)))
-    return base + ([(k, g, e * longer) for k, g, e in base] if longer > 1 else [])
+    return ([(k, g, e, False) for k, g, e in base]
+            + ([(k, g, e * longer, True) for k, g, e in base] if longer > 1 else []))
 
 
 def steps_for(epochs: int, global_batch: int, k: int) -> int:
@@ -82,12 +84,13 @@ def summarize(runs: list[dict]) -> list[dict]:
     """One row per (workers, k, g, epochs): means and spreads over the seeds."""
     keyed: dict = {}
     for r in runs:
-        keyed.setdefault((r["workers"], r["sync_every"], r["group_size"] or 0, r["epochs"]),
-                         []).append(r)
+        keyed.setdefault((r["workers"], r["long"], r["sync_every"], r["group_size"] or 0,
+                          r["epochs"]), []).append(r)
     rows = []
-    for (w, k, g, e), rs in sorted(keyed.items()):
+    for (w, long_run, k, g, e), rs in sorted(keyed.items()):
         acc = [r["test_accuracy"] for r in rs]
-        rows.append({"workers": w, "sync_every": k, "group_size": g or None, "epochs": e,
+        rows.append({"workers": w, "long": long_run, "sync_every": k, "group_size": g or None,
+                     "epochs": e,
                      "iterations": rs[0]["iterations"], "seeds": len(rs),
                      "measured_bytes": statistics.fmean(r["measured_bytes"] for r in rs),
                      "predicted_bytes": rs[0]["predicted_bytes"],
@@ -104,7 +107,7 @@ def answers(rows: list[dict]) -> list[dict]:
     out = []
     for w in sorted({r["workers"] for r in rows}):
         for long_run in (False, True):
-            mine = [r for r in rows if r["workers"] == w and long_run == (r["epochs"] > 27)]
+            mine = [r for r in rows if r["workers"] == w and r["long"] == long_run]
             ref = next((r for r in mine if r["sync_every"] == 1 and not r["group_size"]), None)
             if ref is None:
                 continue
@@ -177,9 +180,9 @@ def main(argv=None) -> int:
     profile = model_profile(load_default(), MODEL)
     base = LiveConfig(strategy=args.strategy, global_batch=args.global_batch, iterations=1,
                       model=MODEL, data_dir=DIGITS, test_samples=None)
-    plan = [(w, k, g, e, seed) for w in workers for k, g, e in settings(w, args.longer)
-            for seed in seeds]
-    for w, k, g, e, _ in plan:  # refuse a bad combination before building anything
+    plan = [(w, k, g, e, long_run, seed) for w in workers
+            for k, g, e, long_run in settings(w, args.longer) for seed in seeds]
+    for w, k, g, e, _, _ in plan:  # refuse a bad combination before building anything
         replace(base, sync_every=k, group_size=g,
                 iterations=steps_for(e, args.global_batch, k)).validate(w)
     for name in ("traffic_accuracy.md", "traffic_accuracy.json"):  # and an unwritable --out
@@ -189,7 +192,7 @@ def main(argv=None) -> int:
     runs = []
     try:
         info = cluster.up(max(workers), rate, prefix=PREFIX)
-        for i, (w, k, g, e, seed) in enumerate(plan):
+        for i, (w, k, g, e, long_run, seed) in enumerate(plan):
             its = steps_for(e, args.global_batch, k)
             print(f"traffic_accuracy {i + 1}/{len(plan)}: {w} workers, {label(k, g)}, {e} epochs "
                   f"({its} iterations), seed {seed}", file=sys.stderr, flush=True)
@@ -200,7 +203,8 @@ def main(argv=None) -> int:
                                  sync_every=k, group_size=g), timeline=True, engine="des")
             counted = sum(r["bytes_sent_per_rank"] + r["bytes_received_per_rank"]
                           for r in m["per_rank"]) * its
-            runs.append({"workers": w, "sync_every": k, "group_size": g, "epochs": e,
+            runs.append({"workers": w, "long": long_run, "sync_every": k, "group_size": g,
+                         "epochs": e,
                          "iterations": its, "seed": seed, "measured_bytes": counted,
                          "predicted_bytes": interface_bytes(p, info.gso_max_bytes).total * its,
                          "payload_bytes": 2 * p.bytes_sent_per_rank * w * its,

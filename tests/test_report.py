@@ -365,3 +365,40 @@ def test_one_node_report_has_no_communication_pages():
             plt.close(fig)
     assert not any(h.startswith(("Computation vs", "Bandwidth")) for h in headings)
     assert "One iteration: DDP (buckets) on 1 node" in headings
+
+
+def traffic_rows():
+    """Two worker counts of bench/traffic_accuracy's summary rows, made up for the page."""
+    rows = []
+    for w in (2, 3):
+        for k, long_run, acc in ((1, False, 0.95), (2, False, 0.94), (1, True, 0.97)):
+            rows.append({"workers": w, "long": long_run, "sync_every": k, "group_size": None,
+                         "epochs": 12 * (2 if long_run else 1), "iterations": 100,
+                         "seeds": 3, "measured_bytes": 1e6 * w / k,
+                         "predicted_bytes": 1.01e6 * w / k, "payload_bytes": 9e5 * w / k,
+                         "bytes_error_pct": 1.0, "accuracy_mean": acc,
+                         "accuracy_min": acc - 0.01, "accuracy_max": acc + 0.01})
+    return rows
+
+
+def test_traffic_accuracy_page_from_the_bench_json(tmp_path):
+    """--traffic-accuracy adds the trade-off figure (a panel per worker count) and its table."""
+    import matplotlib.pyplot as plt
+
+    from commsim.analysis.report import ReportOptions, build_report, page_builders
+    path = tmp_path / "ta.json"
+    path.write_text(json.dumps({"rows": traffic_rows()}))
+    rows = compare.load_traffic_accuracy(path)
+    opts = ReportOptions(nodes=(1, 2), batch_sizes=(16,), weak_batch=16)
+    plain = page_builders(build_report(samples_profile(), opts))
+    pages = page_builders(build_report(samples_profile(), opts, traffic_accuracy=rows))
+    assert len(pages) == len(plain) + 2
+    fig = pages[-2]()
+    assert fig._suptitle.get_text() == "Network traffic vs accuracy"
+    panels = [ax for ax in fig.axes if ax.has_data()]
+    assert [ax.get_title() for ax in panels] == ["2 workers", "3 workers"]
+    assert panels[0].get_xlabel() == "traffic (MiB)"
+    plt.close(fig)
+    path.write_text(json.dumps({"rows": [{**traffic_rows()[0], "measured_bytes": "lots"}]}))
+    with pytest.raises(UserError, match="measured_bytes"):
+        compare.load_traffic_accuracy(path)

@@ -37,6 +37,10 @@ def report(
     validation: Optional[Path] = typer.Option(None, "--validation", dir_okay=False, readable=False,
                                               help="Validation result JSON (commsim validate) "
                                                    "for the predicted-vs-measured pages."),
+    traffic_accuracy: Optional[Path] = typer.Option(
+        None, "--traffic-accuracy", dir_okay=False, readable=False,
+        help="bench/traffic_accuracy's JSON: a page of network traffic against accuracy per "
+        "worker count."),
     nodes: str = typer.Option("1,2,3,4,8,16", "--nodes",
                               help="Node counts: 1,2,4,8 or 1-4 or pow2:64."),
     strategies: str = typer.Option(",".join(SEED_STRATEGIES), "--strategies",
@@ -61,7 +65,7 @@ def report(
 ) -> None:
     import time
 
-    from commsim.analysis.compare import load_validation
+    from commsim.analysis.compare import load_traffic_accuracy, load_validation
     from commsim.analysis.report import ReportOptions, build_report, check_outputs, write_report
     from commsim.errors import UserError
     from commsim.strategies import get_strategy
@@ -82,7 +86,8 @@ def report(
                          validation_name=None if validation is None else validation.name)
     rows = None if validation is None else load_validation(validation)
     prof = o.load_profile(profile)
-    data = build_report(prof, opts, rows)
+    traffic = None if traffic_accuracy is None else load_traffic_accuracy(traffic_accuracy)
+    data = build_report(prof, opts, rows, traffic)
     paths = write_report(data, out, csv_dir=csv_dir, json_dir=json_dir, force=force)
     extra = f" and {len(paths) - 1} table files" if len(paths) > 1 else ""
     typer.echo(f"wrote {out}{extra} in {time.perf_counter() - t0:.1f} s")
