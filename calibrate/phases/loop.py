@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Iterator
 
 from commsim.calibrate import compute as K
 from commsim.calibrate.launch.heartbeat import heartbeat
@@ -66,14 +66,7 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     for i, phase in enumerate(phases):
         with ctx.heartbeat() if phase.solo else contextlib.nullcontext():
             try:
-                for key in phase.plan(ctx):
-                    if key in ctx.taken:
-                        continue
-                    record = phase.measure(ctx, key)
-                    if phase.key(record) != key:  # resume would measure it again, forever
-                        raise RuntimeError(f"{type(phase).__name__} measured {key} but its "
-                                           f"record reads as {phase.key(record)}")
-                    ctx.taken[key] = record
+                for record in _measure(phase, ctx):
                     if log is not None:
                         log.append(record)
                         records.append(record)
@@ -88,3 +81,17 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
         return {"rank": rank}
     return {"rank": 0, "records": records, "ranks_per_host": ctx.colocated, "hosts": hosts,
             "runtime": runtime_info()}
+
+
+def _measure(phase: Phase, ctx: RankContext) -> Iterator[dict]:
+    """The records of the keys ``phase`` plans that were not resumed, each added to
+    ``ctx.taken`` before the plan goes on (a plan may look at it)."""
+    for key in phase.plan(ctx):
+        if key in ctx.taken:
+            continue
+        record = phase.measure(ctx, key)
+        if phase.key(record) != key:  # resume would measure it again, every time
+            raise RuntimeError(f"{type(phase).__name__} measured {key} but its record reads as "
+                               f"{phase.key(record)}")
+        ctx.taken[key] = record
+        yield record
