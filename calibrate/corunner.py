@@ -5,7 +5,7 @@ cluster it is asked to predict may put 4 ranks on those 2 cores, and more proces
 cost more than processor sharing says (caches and memory bandwidth shared by more working
 sets, the scheduler switching between them: 4 VGG-11 ranks on 2 cores ran 2.1-2.5x slower
 than one alone in the fidelity benchmark's 4-node calibrations, not 2x).  With co-runners the
-calibration measures that instead of assuming it (``runner`` phase b2, ``spec.
+calibration measures that instead of assuming it (``phases.oversubscribed``, ``spec.
 measured_cpu_efficiency``).
 
 A co-runner, once started (``CoRunner``):
