@@ -14,7 +14,7 @@ Everything callers use is importable from here (``from commsim.calibrate import 
 from commsim.calibrate.cluster.commands import check_prereqs
 from commsim.calibrate.cluster.links import (exec_argv, interface_counters, link_states,
                                              measure_throughput, set_link)
-from commsim.calibrate.cluster.namespaces import down, ensure, up
+from commsim.calibrate.cluster.namespaces import down, ensure, shape, unshaped, up
 from commsim.calibrate.cluster.shaping import (BURST_TIME_S, FRAME_BYTES, GSO_DEFAULT_BYTES,
                                                MIN_BURST_FRAMES, QUEUE_MIN_BYTES, QUEUE_TIME_S,
                                                shaping)
@@ -27,5 +27,6 @@ __all__ = ["BRIDGE", "BURST_TIME_S", "ClusterInfo", "DEFAULT_TCP_CONGESTION", "F
            "GSO_DEFAULT_BYTES", "INTERFACE", "MAX_NODES", "MIN_BURST_FRAMES", "NETNS_DIR",
            "PREFIX_LEN", "QDISC", "QUEUE_MIN_BYTES", "QUEUE_TIME_S", "STATE_DIR", "SUBNET",
            "address", "bridge_namespace", "check_prereqs", "down", "ensure", "exec_argv",
-           "interface_counters", "link_states", "measure_throughput", "namespace", "plan",
+           "interface_counters", "link_states", "measure_throughput", "namespace", "plan", "shape",
+           "unshaped",
            "set_link", "shaping", "status", "up"]

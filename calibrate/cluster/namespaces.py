@@ -13,6 +13,7 @@ namespace and the node end is moved straight to its node.  ``up``, in order:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from commsim.calibrate.cluster.commands import check_prereqs, ip_batch, read_proc, run
@@ -94,10 +95,37 @@ def _down_unlocked(prefix: str) -> int:
     return removed
 
 
+def shape(info: ClusterInfo, node: int, shaped: bool = True) -> None:
+    """Shape both ends of ``node``'s link as ``info`` says (tbf), or take the shaping off
+    (``shaped=False``: the link runs as fast as the hosts can feed it)."""
+    tbf = (f"tbf rate {tc_rate(info.bandwidth_Bps)} burst {info.burst_bytes} "
+           f"limit {info.limit_bytes}")
+    ends = ((info.namespaces[node], info.interface, f"node {node} egress"),
+            (info.bridge_namespace, switch_port(node), f"the switch port to node {node}"))
+    for ns, dev, what in ends:
+        if shaped:
+            run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *tbf.split()],
+                what=f"shaping {what} ({ns} {dev})")
+        else:
+            run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"],
+                what=f"unshaping {what} ({ns} {dev})", check=False)
+
+
+@contextlib.contextmanager
+def unshaped(info: ClusterInfo):
+    """Every link of ``info`` without its shaping for the block, shaped again after (also on an
+    error): what a collective costs the hosts alone, with the link out of the way."""
+    try:
+        for node in range(info.nodes):
+            shape(info, node, shaped=False)
+        yield
+    finally:
+        for node in range(info.nodes):
+            shape(info, node)
+
+
 def _build(info: ClusterInfo) -> None:
     br = info.bridge_namespace
-    rate = tc_rate(info.bandwidth_Bps)
-    tbf = f"tbf rate {rate} burst {info.burst_bytes} limit {info.limit_bytes}"
     for ns in (br, *info.namespaces):
         run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
     # addrgenmode none: no IPv6 link-local address, so no neighbour-discovery chatter shows up in
@@ -127,7 +155,4 @@ def _build(info: ClusterInfo) -> None:
                  f"net.ipv4.tcp_congestion_control={info.tcp_congestion}"],
                 what=f"setting TCP congestion control {info.tcp_congestion!r} in {ns} (allowed: "
                      f"{read_proc('net/ipv4/tcp_allowed_congestion_control')})")
-        run(["tc", "-n", ns, "qdisc", "replace", "dev", info.interface, "root", *tbf.split()],
-            what=f"shaping node {i} egress ({ns} {info.interface})")
-        run(["tc", "-n", br, "qdisc", "replace", "dev", switch_port(i), "root", *tbf.split()],
-            what=f"shaping the switch port to node {i} ({br} {switch_port(i)})")
+        shape(info, i)
