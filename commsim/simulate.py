@@ -7,7 +7,8 @@ Engines:
   one rank per host only.  The two agree exactly where both apply (tests).
 * ``fast``: the DES's event times computed from its recurrences over classes of ranks
   (``commsim.sim.fast``): same answers, seconds at 65,536 ranks; refuses what it cannot do exactly.
-* ``auto``: ``fast`` where it is exact, else ``des``.  The Result names the engine that ran.
+* ``auto``: ``fast`` where it is exact, else ``des`` (where ``unsupported`` says so up front, or
+  the fast engine raises ``NotExact`` on the way).  The Result names the engine that ran.
 No globals: everything the run needs is in its arguments.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from commsim.errors import UserError
 from commsim.profile import Profile
 from commsim.result import Result, derive
 from commsim.sim.context import SimContext
-from commsim.sim.fast import run_fast, unsupported
+from commsim.sim.fast import NotExact, run_fast, unsupported
 from commsim.spec import RunSpec
 from commsim.strategies import Timing, get_strategy
 
@@ -32,9 +33,17 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
     strategy = get_strategy(spec.strategy)
     strategy.check(spec)
     costs = cost_inputs(spec, profile)
+    timing = None
     if engine == "auto":
-        engine = "fast" if unsupported(spec, costs, timeline=timeline) is None else "des"
-    timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
+        engine = "des"
+        if unsupported(spec, costs, timeline=timeline) is None:
+            try:
+                timing = run_fast(spec, costs)
+                engine = "fast"
+            except NotExact:
+                pass         # found on the way: e.g. ranks of one host queueing on its NIC
+    if timing is None:
+        timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
     baseline = None
     if spec.strategy != "single":
         # The reference: one rank on one host like these, the whole global batch.  Its three

@@ -80,7 +80,8 @@ def test_an_algorithm_the_strategy_lacks_is_refused():
         predict(PROFILE, "ddp", 2, Scenario(algorithm="binomial"))
 
 
-def test_auto_engine_falls_back_to_des_for_other_algorithms():
+def test_auto_engine_runs_other_algorithms_on_the_fast_engine():
+    """tests/test_fast_whatifs.py holds the fast engine to the DES for every algorithm."""
     cluster = default_cluster(PROFILE, 4, cores_per_host=4)
     spec = RunSpec(strategy="ddp", cluster=cluster, global_batch=256, algorithm="tree")
-    assert simulate(spec, PROFILE, engine="auto").engine == "des"
+    assert simulate(spec, PROFILE, engine="auto").engine == "fast"

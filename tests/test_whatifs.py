@@ -105,7 +105,7 @@ def test_dataparallel_equals_its_closed_form(nodes):
     ana = simulate(s, PROFILE, engine="analytic")
     assert rel(des.iteration_s, ana.iteration_s) < 1e-9
     assert rel(des.bytes_sent_max, ana.bytes_sent_max) < 1e-9
-    assert simulate(s, PROFILE, engine="auto").engine == "des"
+    assert simulate(s, PROFILE, engine="auto").engine == "fast"   # equal: test_fast_whatifs
 
 
 def test_dataparallel_device0_carries_the_model_twice_per_other_device():

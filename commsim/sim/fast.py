@@ -4,63 +4,74 @@ The DES (``commsim.sim.engine``) runs every rank as a process and every ring ste
 a ring all-reduce over p ranks costs O(p²) events per tensor.  This engine computes the same event
 times directly, with numpy over ranks, from the recurrences the DES obeys:
 
-1. Compute.  A rank's forward/backward/optimizer is one job of ``work x straggler factor`` on its
-   host's processor-sharing CPU; alone it runs at rate a = min(1, cores/threads).
-2. Ring all-reduce (ring, ddp).  Rank i posts step k at R_i.  The transfer i -> i+1 starts when
-   both ends posted it (rendezvous) and is delivered c_i later (latency + chunk/bandwidth of the
-   edge; intra-host edges use the host's loopback numbers).  No NIC direction is ever contended
-   in a ring (each host has one outgoing and one incoming ring edge, used one step at a time), so
+1. Compute.  A rank's forward/backward/optimizer (and, with ``sync_every`` k, the k-1 local steps
+   before them) are jobs of ``work x straggler factor`` on its host's processor-sharing CPU;
+   alone they run at rate a = min(1, cores/threads).
+2. Collectives (``commsim.sim.fast_collectives``).  Every algorithm is walked step by step over
+   all its ranks at once: a message is delivered at max(sender posts, receiver posts) + its
+   cost (rendezvous), reductions run on the rank's Gloo thread.  Groups (``group_size``) are
+   rows of independent collectives.  Ring all-reduce needs more, as it has 2(p-1) steps:
        D_i = max(R_i, R_{i+1}) + c_i,   E_i = max(D_i, D_{i-1}),   R_i' = E_i + g_i
-   where g_i is the reduction (reduce-scatter) or 0 (all-gather): a max-plus linear system.
-   * Aggregated steps: once one step moves every rank by the same λ, the state is a max-plus
-     eigenvector and stays one: the remaining steps of the phase are jumped in one addition.
-     A homogeneous ring is an eigenvector after one step; a straggler's delay spreads one rank
-     per step and the state settles after at most p/2 steps; with equal edges the phase is the
-     closed form max(R) + steps·(c + g) (a sliding-window max whose window covers the ring).
-   * Symmetry: with no straggler and no slow link, ranks repeat with period ranks_per_host; the
-     ring is simulated on one period (a ring of length q behaves like the p-ring it tiles).
+   (g_i the reduction of reduce-scatter, 0 in all-gather): a max-plus linear system.
+   * Aggregated steps: once one step moves every rank of a ring by the same λ, the state is a
+     max-plus eigenvector and stays one: the remaining steps of the phase are one addition.
+     With equal edges the whole phase is a sliding-window max: max R within k + k·(c + g).
+   * Symmetry: with no straggler and no slow link, ranks repeat with period ranks_per_host (the
+     world ring is simulated on one period: a ring of length q behaves like the p-ring it
+     tiles), groups with period lcm(group_size, ranks_per_host), hierarchical's hosts alike.
 3. DDP overlap.  The Gloo thread's reductions share the host's cores with backward (processor
    sharing: both slow to r = min(1, cores/(threads+1))).  Each rank keeps B, the time backward
    would end if nothing more competed; a reduction of w at time E either runs after backward
    (w/b), fully inside it (w/r; B grows by w/r - w/a), or straddles its end.  Buckets start at
    max(ready, previous bucket's end), ready being when backward's progress reaches the bucket.
-   Steps are aggregated as above while every rank stays in the same regime, and for at most as
-   many steps as keep every overlapping rank's backward running.
-4. Parameter server (ps).  The root's receive direction serves the gather work-conservingly:
-   its last delivery is max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the senders' match times a and
-   transfer times s (the order among simultaneous requests changes nothing); the mean runs on
-   the root's CPU; the scatter's transfers leave the root's transmit direction in rank order.
+   Ring steps are aggregated as above while every rank stays in the same regime, and for at
+   most as many steps as keep every overlapping rank's backward running.  fp16 compression
+   adds the two casts as reductions around an all-reduce of half the bytes.
+4. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
+   to it in the order they are matched (FIFO; work-conserving, so its last delivery is
+   max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
+   leave its transmit direction in rank order (the receivers have posted before).
    O(p log p) per tensor.
 
-Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): any strategy,
-any node count, stragglers, slow links, ranks_per_host > 1.  Where it is not, ``unsupported``
-says why and ``--engine auto`` uses the DES instead:
-* a shared CPU pool (``shared_cpu_cores``): every rank's job slows every other's;
+Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
+strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
+broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1.  Where it is
+not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
+``--engine auto`` uses the DES instead:
+* a shared CPU pool (``shared_cpu_cores``) or a CPU-efficiency curve: every rank's job slows
+  every other's, at event granularity;
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
-  cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
-  at event granularity;
+  cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU;
+* ranks_per_host > 1 where several ranks of a host send (or receive) over its NIC in one
+  collective (recursive doubling, rabenseifner, groups cutting across hosts; dp): their
+  messages queue there in simpy's event order.  The world ring, tree and binomial ps with
+  power-of-two ranks per host, hierarchical and linear ps keep one rank per NIC direction;
+  DDP's buffer broadcast is checked for overlapping messages;
+* calibrated contention that would slow a message while compute runs on the same cores;
 * a recorded timeline (the engine keeps times, not intervals).
-Exact ties between events (e.g. zero reduction cost) may be ordered differently from simpy's
-event queue; the times it reports do not depend on that order except in such ties.
+Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
+root at the same instant) may be ordered differently from simpy's event queue; the engine
+orders such ties by rank, which is simpy's order where the tied events come from the same
+kind of step, and the times it reports do not depend on that order except in such ties.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from commsim.costs import CostInputs
-from commsim.errors import UserError
+from commsim.sim.fast_collectives import (ALLREDUCE, Block, NotExact, Run,
+                                          binomial_broadcast, binomial_gather_mean_scatter,
+                                          cpu_rate, host_bandwidths, intra_link, lcm)
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 
-# A step whose per-rank advances differ by less than this (relative to the clock) has reached
-# the max-plus eigenvector; the rest differ only by float rounding.
-_EIGEN_RTOL = 1e-12
+__all__ = ["NotExact", "data_parallel", "parameter_server", "ring_like", "run_fast",
+           "unsupported"]
 
 
 def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> str | None:
-    """Why the fast engine cannot reproduce the DES exactly for ``spec``; None if it can."""
+    """Why the fast engine cannot reproduce the DES exactly for ``spec``, as far as the spec
+    alone tells (a run may still raise ``NotExact``); None if it can."""
     from commsim.strategies import get_strategy
 
     c = spec.cluster
@@ -70,12 +81,8 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
     if c.cpu_efficiency:
-        return "it does not model a CPU efficiency curve"
-    if spec.algorithm not in (None, "ring", "linear"):
-        return f"it models the default algorithms only, not {spec.algorithm!r}"
-    if spec.sync_every != 1 or spec.group_size is not None or spec.compression is not None:
-        return "it does not model local aggregation, group averaging or compression"
-
+        return ("it does not model a CPU efficiency curve (busy threads slow each other beyond "
+                "processor sharing, at event granularity)")
     if c.shared_cpu_cores is not None:
         return "ranks sharing one CPU pool interleave at event granularity"
     if c.ranks_per_host > 1:
@@ -98,305 +105,40 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
 
 
 def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
-    """One iteration of ``spec``, per rank and per host, as the DES would time it."""
+    """One iteration of ``spec``, per rank and per host, as the DES would time it.  Raises
+    ``NotExact`` (a UserError) where it cannot."""
     reason = unsupported(spec, costs)
     if reason is not None:
-        raise UserError(f"--engine fast cannot model this run exactly: {reason}; "
-                        "use --engine auto or des")
+        raise NotExact(reason)
     from commsim.strategies import get_strategy
 
-    return get_strategy(spec.strategy).fast(spec, costs, _layout(spec, costs))
+    return get_strategy(spec.strategy).fast(spec, costs)
 
 
-# -- the cluster as arrays -------------------------------------------------------------------------
+# -- shared pieces --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Layout:
-    """The ranks simulated (one period of the ring when ranks repeat) and their links.
-
-    p:          ranks in the run; size: ranks simulated (a divisor of p; p // size copies).
-    factor:     straggler compute factor per simulated rank.
-    edge_lat_s / edge_Bps: the ring edge from each simulated rank to the next rank.
-    a, b, r:    CPU rate of backward alone, of one Gloo thread alone, of either when both run.
-    """
-    p: int
-    size: int
-    factor: np.ndarray
-    edge_lat_s: np.ndarray
-    edge_Bps: np.ndarray
-    edge_intra: np.ndarray
-    a: float
-    b: float
-    r: float
-
-
-def _cpu_rate(cores: float, threads: float) -> float:
-    """The DES's processor sharing: full speed while the threads fit, else cores / threads."""
-    return 1.0 if threads <= cores else cores / threads
-
-
-def _host_bandwidths(c) -> np.ndarray:
-    bw = np.full(c.hosts, float(c.nic_bandwidth_Bps))
-    for host, rate in c.slow_links_Bps.items():
-        bw[host] = rate
-    return bw
-
-
-def _intra(c) -> tuple[float, float]:
-    """Latency and bandwidth of a message between two ranks of one host (as the DES takes them)."""
-    bw = c.intra_host_bandwidth_Bps or c.nic_bandwidth_Bps
-    lat = c.nic_latency_s if c.intra_host_latency_s is None else c.intra_host_latency_s
-    return lat, bw
-
-
-def _layout(spec: RunSpec, costs: CostInputs) -> _Layout:
-    c = spec.cluster
-    p, rph = spec.world_size, c.ranks_per_host
-    if spec.stragglers or c.slow_links_Bps:
-        size = p                      # uneven: every rank its own class
-    elif c.hosts == 1:
-        size = 1                      # every ring edge is inside the one host
-    else:
-        size = rph                    # ranks repeat host by host
-    idx = np.arange(size)
-    nxt = (idx + 1) % p
-    hs, hd = idx // rph, nxt // rph
-    bw = _host_bandwidths(c)
-    intra_lat, intra_bw = _intra(c)
-    same = hs == hd
-    factor = np.ones(size)
+def _factors(spec: RunSpec) -> np.ndarray:
+    """Every rank's compute factor (stragglers > 1)."""
+    factor = np.ones(spec.world_size)
     for rank, f in spec.stragglers.items():
         factor[rank] = f
-    t = costs.threads_per_rank
-    cores = c.cores_per_host
-    return _Layout(p=p, size=size, factor=factor,
-                   edge_lat_s=np.where(same, intra_lat, c.nic_latency_s),
-                   edge_Bps=np.where(same, intra_bw, np.minimum(bw[hs], bw[hd])), edge_intra=same,
-                   a=_cpu_rate(cores, t), b=_cpu_rate(cores, 1), r=_cpu_rate(cores, t + 1))
+    return factor
 
 
-# -- Gloo CPU work next to backward ------------------------------------------------------------------
-
-def _reduce(start, backward_end, work, lay: _Layout):
-    """A Gloo reduction of ``work`` starting at ``start`` on each rank's host.
-
-    ``backward_end`` (or None: nothing competes) is when backward would end if nothing more
-    competed.  Returns (end, new backward_end, regime) with regime 0: after backward, 1: wholly
-    inside it, 2: straddling its end.
-    """
-    if work <= 0:
-        return start, backward_end, None
-    if backward_end is None:
-        return start + work / lay.b, None, None
-    a, b, r = lay.a, lay.b, lay.r
-    left = a * (backward_end - start)            # backward work still to do at ``start``
-    regime = np.where(left <= 0, 0, np.where(left >= work, 1, 2))
-    end = np.where(regime == 0, start + work / b,
-                   np.where(regime == 1, start + work / r, start + left / r + (work - left) / b))
-    new_b = np.where(regime == 0, backward_end,
-                     np.where(regime == 1, backward_end + work / r - work / a, start + left / r))
-    return end, new_b, regime
+def _compute_rate(spec: RunSpec, costs: CostInputs) -> float:
+    return cpu_rate(spec.cluster.cores_per_host, costs.threads_per_rank)
 
 
-def _phase(post, backward_end, steps: int, edge_s, work, lay: _Layout):
-    """``steps`` ring steps (send right, receive left, then reduce ``work``) from post times.
-
-    Returns the post times of the step after, and backward_end.
-    """
-    k = 0
-    prev_regime = None
-    contended = backward_end is not None and work > 0
-    while k < steps:
-        if contended and np.all(backward_end <= post.min()):
-            contended = False          # every backward is over: plain max-plus from here
-        if not contended:
-            g = work / lay.b if work > 0 else 0.0
-            if edge_s.min() == edge_s.max() and steps - k >= post.size // 2:
-                # Equal edges: R_i after k steps is k(c+g) + the max of R over ranks within k;
-                # the window covers the ring.
-                return np.full(post.size, post.max() + (steps - k) * (edge_s[0] + g)), \
-                    backward_end
-        sent = np.maximum(post, np.roll(post, -1)) + edge_s
-        done = np.maximum(sent, np.roll(sent, 1))
-        if contended:
-            nxt, new_b, regime = _reduce(done, backward_end, work, lay)
-        else:
-            nxt, new_b, regime = done + g, backward_end, None
-        k += 1
-        advance = nxt - post
-        lam = float(advance.max())
-        same_regime = regime is None or (prev_regime is not None and not np.any(regime == 2)
-                                         and np.array_equal(regime, prev_regime))
-        if (k < steps and same_regime
-                and lam - advance.min() <= _EIGEN_RTOL * max(1.0, float(np.abs(nxt).max()))):
-            # An eigenvector: every later step of the phase adds lam, while regimes hold.
-            jump = steps - k
-            if regime is not None and np.any(regime == 1):
-                grow = work / lay.r - work / lay.a    # backward's delay per overlapped step
-                slack = (new_b - nxt)[regime == 1]
-                jump = min(jump, int(np.floor(slack.min() / (lam - grow))) - 1)
-            if jump > 0:
-                nxt = nxt + jump * lam
-                if regime is not None:
-                    new_b = np.where(regime == 1, new_b + jump * (work / lay.r - work / lay.a),
-                                     new_b)
-                k += jump
-        post, backward_end, prev_regime = nxt, new_b, regime
-    return post, backward_end
+def _accumulation(spec: RunSpec, costs: CostInputs, factor, a: float):
+    """When each rank is done with the k-1 local steps of ``accumulate`` (all compute)."""
+    return (spec.sync_every - 1) * (costs.forward_s * factor / a + costs.backward_s * factor / a)
 
 
-def _ring_allreduce(lay: _Layout, costs: CostInputs, start, backward_end, nbytes: float):
-    """Gloo's ring all-reduce then divide by p (``collectives.ring_allreduce``), per rank."""
-    p = lay.p
-    post = start + costs.overhead("all_reduce")
-    chunk = nbytes / p
-    edge_s = lay.edge_lat_s + chunk * np.where(lay.edge_intra, 1.0, costs.wire("all_reduce")) \
-        / lay.edge_Bps
-    post, backward_end = _phase(post, backward_end, p - 1, edge_s, chunk * costs.gamma_s_per_B,
-                                lay)
-    post, backward_end = _phase(post, backward_end, p - 1, edge_s, 0.0, lay)
-    end, backward_end, _ = _reduce(post, backward_end, nbytes * costs.gamma_s_per_B, lay)
-    return end, backward_end
-
-
-# -- strategies ---------------------------------------------------------------------------------------
-
-def _buffer_broadcast(spec: RunSpec, costs: CostInputs):
-    """DDP's buffer broadcast (``collectives.broadcast_buffers``): a binomial tree from rank 0,
-    every rank leaving when it is done.  Returns (end time, bytes sent per rank, per host tx,
-    per host rx); level by level, O(p log p)."""
+def _hosts_of(spec: RunSpec, per_rank) -> np.ndarray:
+    """Per host, the sum of a per-rank quantity over its ranks."""
     c = spec.cluster
-    p, n = spec.world_size, float(costs.buffer_bytes)
-    if not spec.broadcast_buffers or p <= 1 or n <= 0:
-        return 0.0, None, None, None
-    host = np.arange(p) // c.ranks_per_host
-    bw = _host_bandwidths(c)
-    intra_lat, intra_bw = _intra(c)
-    busy = np.full(p, costs.overhead("broadcast"))   # when each rank can send (has the data)
-    sent = np.zeros(p)
-    tx, rx = np.zeros(c.hosts), np.zeros(c.hosts)
-    mask = 1 << max(0, (p - 1).bit_length() - 1)
-    while mask >= 1:
-        src = np.arange(0, p - mask, 2 * mask)
-        dst = src + mask
-        same = host[src] == host[dst]
-        cost = np.where(same, intra_lat + n / intra_bw,
-                        c.nic_latency_s + n * costs.wire("broadcast")
-                        / np.minimum(bw[host[src]], bw[host[dst]]))
-        done = np.maximum(busy[src], busy[dst]) + cost
-        busy[src] = done
-        busy[dst] = done
-        sent[src] += n
-        np.add.at(tx, host[src][~same], n)
-        np.add.at(rx, host[dst][~same], n)
-        mask >>= 1
-    return float(busy.max()), sent, tx, rx
-
-
-def ring_like(spec: RunSpec, costs: CostInputs, lay: _Layout, *, buckets: bool,
-              broadcast_buffers: bool = False) -> Timing:
-    """Ring all-reduces: every tensor after backward (single, ring), or with ``buckets`` DDP's
-    buckets overlapping backward, after the buffer broadcast when ``broadcast_buffers``."""
-    p, f, a = lay.p, lay.factor, lay.a
-    no_broadcast = (0.0, None, None, None)
-    t0, buf_sent, buf_tx, buf_rx = (_buffer_broadcast(spec, costs) if broadcast_buffers
-                                    else no_broadcast)
-    forward = t0 + costs.forward_s * f / a
-    backward_work = costs.backward_s * f
-    backward_end = forward + backward_work / a
-    optimizer = costs.optimizer_s * f / a
-    comm = np.zeros(lay.size)
-    if buckets:
-        # Reductions compete with backward only if they can start before it ends.
-        compete = spec.overlap and lay.r < lay.a
-        end = forward
-        sizes = [bucket.bytes for bucket in costs.buckets]
-        for bucket in costs.buckets:
-            if spec.overlap:   # when backward's progress reaches the bucket's last gradient
-                ready = backward_end - backward_work * (1.0 - bucket.ready_fraction) / a
-            else:
-                ready = backward_end
-            start = np.maximum(ready, end)
-            if p > 1:
-                end, new_b = _ring_allreduce(lay, costs, start, backward_end if compete else None,
-                                             bucket.bytes)
-                backward_end = new_b if compete else backward_end
-                comm = comm + (end - start)
-            else:
-                end = start
-        synced = np.maximum(backward_end, end)
-    else:
-        sizes = list(costs.param_bytes)
-        synced = backward_end
-        if p > 1:
-            for nbytes in sizes:
-                synced, _ = _ring_allreduce(lay, costs, synced, None, nbytes)
-            comm = synced - backward_end
-    finish = synced + optimizer
-    compute = (forward - t0) + (backward_end - forward) + optimizer
-    comm = comm + t0
-    # Bytes: every rank sends and receives 2(p-1) chunks of every tensor; a host's NIC carries
-    # those of its ring edge that leaves (enters) it.
-    per_rank = sum(2 * (p - 1) * (n / p) for n in sizes) if p > 1 else 0.0
-    c = spec.cluster
-    ranks = np.arange(p)
-    host = ranks // c.ranks_per_host
-    crossing = host != ((ranks + 1) % p) // c.ranks_per_host
-    tx = np.bincount(host[crossing], minlength=c.hosts) * per_rank
-    rx = np.bincount(((ranks + 1) % p)[crossing] // c.ranks_per_host, minlength=c.hosts) * per_rank
-    sent = np.full(p, per_rank)
-    received = np.full(p, per_rank)
-    if buf_sent is not None:
-        sent = sent + buf_sent
-        received = received + np.where(np.arange(p) > 0, float(costs.buffer_bytes), 0.0)
-        tx, rx = tx + buf_tx, rx + buf_rx
-    return _timing(p, finish, compute, comm, sent, received, tx, rx)
-
-
-def parameter_server(spec: RunSpec, costs: CostInputs, lay: _Layout) -> Timing:
-    """Gather to rank 0, mean there, scatter, tensor by tensor (``gather_mean_scatter``)."""
-    c = spec.cluster
-    p = lay.p
-    f = _tile(lay.factor, p)
-    a = lay.a
-    forward = costs.forward_s * f / a
-    backward_end = forward + costs.backward_s * f / a
-    optimizer = costs.optimizer_s * f / a
-    host = np.arange(p) // c.ranks_per_host
-    bw = _host_bandwidths(c)
-    inter = host[1:] != 0                       # senders whose messages cross the root's NIC
-    intra_lat, intra_bw = _intra(c)
-    o_gather, o_scatter = costs.overhead("gather"), costs.overhead("scatter")
-    alpha = c.nic_latency_s
-    t = backward_end.copy()
-    for n in costs.param_bytes if p > 1 else ():
-        link = np.minimum(bw[host[1:]], bw[0])
-        wire = n * costs.wire("gather") / link         # transfer time of each sender's n bytes
-        wire_out = n * costs.wire("scatter") / link
-        local = intra_lat + n / intra_bw
-        post = t + o_gather
-        match = np.maximum(post[1:], post[0])
-        gathered = float((match[~inter] + local).max()) if not inter.all() else -np.inf
-        if inter.any():
-            arrive, serve = match[inter], wire[inter]
-            order = np.argsort(arrive, kind="stable")
-            arrive, serve = arrive[order], serve[order]
-            tail = np.cumsum(serve[::-1])[::-1]           # Σ s_j over j >= k in arrival order
-            gathered = max(gathered, float((arrive + tail).max()) + alpha)
-        mean_work = p * n * costs.mean_s_per_B
-        scatter = gathered + (mean_work / lay.b if mean_work > 0 else 0.0) + o_scatter
-        delivered = np.empty(p - 1)
-        delivered[~inter] = scatter + local
-        delivered[inter] = scatter + np.cumsum(wire_out[inter]) + alpha
-        t = np.concatenate(([delivered.max()], delivered))
-    comm = t - backward_end if p > 1 else np.zeros(p)
-    model = float(costs.model_bytes) if p > 1 else 0.0
-    sent = np.full(p, model)
-    sent[0] = (p - 1) * model
-    crossing = np.bincount(host[1:][inter], minlength=c.hosts) * model
-    crossing[0] = inter.sum() * model
-    return _timing(p, t + optimizer, forward + (backward_end - forward) + optimizer, comm,
-                   sent, sent, crossing, crossing)
+    return np.bincount(np.arange(spec.world_size) // c.ranks_per_host, weights=per_rank,
+                       minlength=c.hosts)
 
 
 def _tile(x, p: int) -> np.ndarray:
@@ -412,3 +154,261 @@ def _timing(p: int, finish, compute, comm, sent, received, nic_tx, nic_rx) -> Ti
                   sent_bytes=per_rank(sent), received_bytes=per_rank(received),
                   nic_tx_bytes=tuple(np.asarray(nic_tx, dtype=float).tolist()),
                   nic_rx_bytes=tuple(np.asarray(nic_rx, dtype=float).tolist()))
+
+
+def _blocks(spec: RunSpec, algorithm: str) -> tuple[np.ndarray, list[Block]]:
+    """The ranks to simulate (0..n-1, n dividing p: the rest repeat them) and the collectives
+    among them."""
+    c = spec.cluster
+    p, rph = spec.world_size, c.ranks_per_host
+    if p == 1:
+        return np.arange(1), []
+    uniform = not spec.stragglers and not c.slow_links_Bps
+    if algorithm == "hierarchical":
+        rows = 1 if uniform else c.hosts          # every host alike, or each its own
+        return np.arange(rows * rph), [Block(np.arange(rows * rph).reshape(rows, rph), p)]
+    g = spec.group_size or p
+    if algorithm == "ring" and g == p and uniform:
+        q = 1 if c.hosts == 1 else rph            # every ring edge inside the one host
+        return np.arange(q), [Block(np.arange(q)[None], p, 1)]
+    n = p
+    if uniform and p % lcm(g, rph) == 0:
+        n = lcm(g, rph)                           # groups and hosts repeat together
+    full = n // g
+    blocks = [Block(np.arange(full * g).reshape(full, g), g)] if full else []
+    if n > full * g:
+        blocks.append(Block(np.arange(full * g, n)[None], n - full * g))
+    return np.arange(n), blocks
+
+
+def _allreduce(run: Run, blocks, algorithm: str, start, nbytes: float, *, fp16: bool = False):
+    """Each block's collectives from per-rank ``start``: when each rank leaves.  A group of one
+    calls nothing.  ``fp16``: DDP's fp16_compress_hook (cast, all-reduce of half the bytes
+    without dividing, cast back), on the Gloo thread."""
+    end = start.copy()
+    reduce = ALLREDUCE[algorithm]
+    cast = nbytes * run.costs.gamma_s_per_B
+    for blk in blocks:
+        if blk.size <= 1:
+            continue
+        t = start[blk.idx]
+        if fp16:
+            t = run.gloo(blk.idx, t, cast)
+            t = reduce(run, blk, t, nbytes / 2, average=False)
+            t = run.gloo(blk.idx, t, cast)
+        else:
+            t = reduce(run, blk, t, nbytes)
+        end[blk.idx] = t
+    return end
+
+
+def _buffer_broadcast(spec: RunSpec, costs: CostInputs, start):
+    """DDP's buffer broadcast (``collectives.broadcast_buffers``) from per-rank ``start``: a
+    binomial tree from rank 0, every rank leaving when the last one is done.  Returns (that
+    time, the Run holding its bytes), or (None, None) when there is none.  Its messages are
+    over before anything else starts, so their NIC intervals are checked on their own."""
+    p, n = spec.world_size, float(costs.buffer_bytes)
+    if not spec.broadcast_buffers or p <= 1 or n <= 0:
+        return None, None
+    run = Run(spec, costs, np.arange(p), nic_intervals=True)
+    post = (start + costs.overhead("broadcast"))[None]
+    done = binomial_broadcast(run, Block(np.arange(p)[None], p), post, n, "broadcast")
+    run.check_nic_intervals()
+    return float(done.max()), run
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
+              broadcast_buffers: bool = False) -> Timing:
+    """All-reduces (any algorithm, within groups): every tensor after backward (single, ring),
+    or with ``buckets`` DDP's buckets overlapping backward, after the buffer broadcast when
+    ``broadcast_buffers``."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    p = spec.world_size
+    algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    if algorithm == "hierarchical" and c.ranks_per_host == 1:
+        algorithm = "ring"     # every host's ring rank is the host: the same messages
+    factor = _factors(spec)
+    a = _compute_rate(spec, costs)
+    begin = _accumulation(spec, costs, factor, a)
+    comm = np.zeros(p)
+    start = begin
+    bcast = None
+    if broadcast_buffers:
+        end, bcast = _buffer_broadcast(spec, costs, begin)
+        if end is not None:
+            comm = end - begin
+            start = np.full(p, end)
+
+    ranks, blocks = _blocks(spec, algorithm)
+    run = Run(spec, costs, ranks)
+    f, start, comm, begin = factor[ranks], start[ranks], comm[ranks], begin[ranks]
+    forward = start + costs.forward_s * f / a
+    backward_work = costs.backward_s * f
+    backward_end = forward + backward_work / a
+    optimizer = costs.optimizer_s * f / a
+    if buckets:
+        fp16 = spec.compression == "fp16"
+        # Reductions compete with backward only if they can start before it ends.
+        if spec.overlap and run.r < run.a:
+            run.backward_end = backward_end.copy()
+        end = forward
+        for bucket in costs.buckets:
+            backward_end = backward_end if run.backward_end is None else run.backward_end
+            if spec.overlap:   # when backward's progress reaches the bucket's last gradient
+                ready = backward_end - backward_work * (1.0 - bucket.ready_fraction) / a
+            else:
+                ready = backward_end
+            launch = np.maximum(ready, end)
+            end = _allreduce(run, blocks, algorithm, launch, bucket.bytes, fp16=fp16)
+            comm = comm + (end - launch)
+        backward_end = backward_end if run.backward_end is None else run.backward_end
+        synced = np.maximum(backward_end, end)
+    else:
+        synced = backward_end
+        for nbytes in costs.param_bytes:
+            end = _allreduce(run, blocks, algorithm, synced, nbytes)
+            comm = comm + (end - synced)
+            synced = end
+    finish = synced + optimizer
+    compute = begin + (forward - start) + (backward_end - forward) + optimizer
+
+    sent, received = _tile(run.sent, p), _tile(run.received, p)
+    tx, rx = _hosts_of(spec, _tile(run.nic_sent, p)), _hosts_of(spec, _tile(run.nic_received, p))
+    if bcast is not None:
+        sent, received = sent + bcast.sent, received + bcast.received
+        tx, rx = tx + _hosts_of(spec, bcast.nic_sent), rx + _hosts_of(spec, bcast.nic_received)
+    return _timing(p, finish, compute, comm, sent, received, tx, rx)
+
+
+def _fifo(arrive, serve):
+    """A single server (a NIC direction) taking requests in the given order, each at its
+    ``arrive`` time for ``serve`` seconds: when each leaves it.  E_k = max(E_k-1, a_k) + s_k
+    = S_k + max_{j<=k}(a_j - S_j-1), S the running sum of s."""
+    total = np.cumsum(serve)
+    return total + np.maximum.accumulate(arrive - (total - serve))
+
+
+def _gather_to_root(spec: RunSpec, costs: CostInputs, post, nbytes: float):
+    """``post[0]`` the root's and ``post[1:]`` the others' posting times of a gather of
+    ``nbytes`` each to rank 0: when each sender's message is delivered (and the root has them
+    all at the max).  Messages crossing the root's NIC queue on its receive direction in match
+    order, ties by rank (the root posts its receives in rank order)."""
+    c = spec.cluster
+    host = np.arange(1, spec.world_size) // c.ranks_per_host
+    inter = host != 0
+    bw = host_bandwidths(c)
+    intra_lat, intra_bw = intra_link(c)
+    match = np.maximum(post[1:], post[0])
+    delivered = match + intra_lat + nbytes / intra_bw
+    if inter.any():
+        arrive = match[inter]
+        serve = nbytes * (costs.wire("gather") / np.minimum(bw[host[inter]], bw[0]))
+        order = np.argsort(arrive, kind="stable")
+        ends = np.empty_like(arrive)
+        ends[order] = _fifo(arrive[order], serve[order])
+        delivered[inter] = ends + c.nic_latency_s
+    return delivered
+
+
+def _scatter_from_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: float,
+                       collective: str = "scatter"):
+    """The root sends ``nbytes`` to every other rank at ``t``, all posted at once and every
+    receive already posted: they leave its transmit direction in rank order.  When each is
+    delivered (ranks 1..p-1)."""
+    c = spec.cluster
+    host = np.arange(1, spec.world_size) // c.ranks_per_host
+    inter = host != 0
+    bw = host_bandwidths(c)
+    intra_lat, intra_bw = intra_link(c)
+    delivered = np.full(host.size, t + intra_lat + nbytes / intra_bw)
+    wire = nbytes * (costs.wire(collective) / np.minimum(bw[host[inter]], bw[0]))
+    delivered[inter] = t + np.cumsum(wire) + c.nic_latency_s
+    return delivered
+
+
+def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
+    """Gather to rank 0, mean there, scatter, tensor by tensor: linear (``gather_mean_scatter``)
+    or binomial (``binomial_gather_mean_scatter``)."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    p = spec.world_size
+    f = _factors(spec)
+    a = _compute_rate(spec, costs)
+    begin = _accumulation(spec, costs, f, a)
+    forward = begin + costs.forward_s * f / a
+    backward_end = forward + costs.backward_s * f / a
+    optimizer = costs.optimizer_s * f / a
+    compute = begin + (forward - begin) + (backward_end - forward) + optimizer
+    t = backward_end.copy()
+    if p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial":
+        run = Run(spec, costs, np.arange(p))
+        blk = Block(np.arange(p)[None], p)
+        for n in costs.param_bytes:
+            t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
+        return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
+                       _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
+    b = cpu_rate(c.cores_per_host, 1)
+    for n in costs.param_bytes if p > 1 else ():
+        post = t + costs.overhead("gather")
+        gathered = float(_gather_to_root(spec, costs, post, n).max())
+        mean_work = p * n * costs.mean_s_per_B
+        scatter = gathered + mean_work / b + costs.overhead("scatter")
+        delivered = _scatter_from_root(spec, costs, scatter, n)
+        t = np.concatenate(([delivered.max()], delivered))
+    model = float(costs.model_bytes) if p > 1 else 0.0
+    sent = np.full(p, model)
+    sent[0] = (p - 1) * model
+    crossing = np.where(np.arange(p) // c.ranks_per_host != 0, model, 0.0)
+    nic = _hosts_of(spec, crossing)
+    nic[0] = crossing.sum()
+    return _timing(p, t + optimizer, compute, t - backward_end, sent, sent, nic, nic)
+
+
+def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: float) -> Timing:
+    """torch.nn.DataParallel through device 0 (``strategies.dp``): scatter inputs, replicate,
+    forward, gather outputs, scatter their gradients, backward, reduce gradients, optimizer on
+    device 0.  ``inputs``/``outputs``: bytes of one device's share."""
+    c = spec.cluster
+    if c.ranks_per_host > 1:
+        raise NotExact("dp devices sharing a host queue their messages on its NIC in the DES's "
+                       "event order")
+    p = spec.world_size
+    f = _factors(spec)
+    a = _compute_rate(spec, costs)
+    b = cpu_rate(c.cores_per_host, 1)
+    fwd, bwd, opt = (costs.forward_s * f / a, costs.backward_s * f / a,
+                     costs.optimizer_s * f / a)
+    model = float(costs.model_bytes)
+    if p == 1:
+        finish = fwd + bwd + opt
+        zero = np.zeros(1)
+        return _timing(1, finish, finish, zero, zero, zero, zero, zero)
+    o_sc, o_bc, o_g = (costs.overhead(k) for k in ("scatter", "broadcast", "gather"))
+    # Device 0's three sends to all follow the end of what came before on it; every receive
+    # was posted by then (a tie resolves with the receiver first: it resumed first).
+    got_inputs = _scatter_from_root(spec, costs, o_sc, inputs)
+    got_model = _scatter_from_root(spec, costs, got_inputs[-1] + o_bc, model, "broadcast")
+    forward_end = np.concatenate(([got_model[-1]], got_model)) + fwd
+    post = forward_end + o_g
+    gathered = float(_gather_to_root(spec, costs, post, outputs).max())
+    got_grads = _scatter_from_root(spec, costs, gathered + o_sc, outputs)
+    backward_end = np.concatenate(([got_grads[-1]], got_grads)) + bwd
+    post = backward_end + o_g
+    reduced = _gather_to_root(spec, costs, post, model)
+    root_end = float(reduced.max()) + (p - 1) * model * costs.gamma_s_per_B / b
+    finish = np.concatenate(([root_end + opt[0]], reduced))
+    compute = fwd + bwd
+    compute[0] += opt[0]
+    comm = np.concatenate(([got_model[-1]], got_model)) \
+        + (np.concatenate(([got_grads[-1]], got_grads)) - forward_end) \
+        + (np.concatenate(([root_end], reduced)) - backward_end)
+    root_sent = (p - 1) * (inputs + model + outputs)
+    sent = np.concatenate(([root_sent], np.full(p - 1, outputs + model)))
+    received = np.concatenate(([(p - 1) * (outputs + model)],
+                               np.full(p - 1, inputs + model + outputs)))
+    return _timing(p, finish, compute, comm, sent, received, sent, received)

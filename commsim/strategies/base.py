@@ -5,7 +5,7 @@ A strategy is one module, and everything about it is reached through ``get_strat
 * ``rank_process(ctx, rank)``: a simpy generator for one rank, run by the discrete-event engine
   (any cluster: stragglers, slow links, shared NICs and cores);
 * ``analytic(spec, costs)``: the closed form of the same iteration on a homogeneous cluster;
-* ``fast(spec, costs, layout)``: the fast engine's recurrence (``commsim.sim.fast``), where the
+* ``fast(spec, costs)``: the fast engine's recurrence (``commsim.sim.fast``), where the
   strategy has one;
 * ``live_sync(model, comm)``: what ``commsim live`` runs between backward and the optimizer step
   (torch is imported inside), and the flags live and validation read (``live``, ``wraps_ddp``,
@@ -65,7 +65,7 @@ class Strategy(ABC):
     def analytic(self, spec: RunSpec, costs: CostInputs) -> Timing:
         """Closed form of one iteration on a homogeneous cluster, one rank per host."""
 
-    def fast(self, spec: RunSpec, costs: CostInputs, layout) -> Timing:
+    def fast(self, spec: RunSpec, costs: CostInputs) -> Timing:
         """The fast engine's answer (``commsim.sim.fast``); strategies without one keep this."""
         raise NotImplementedError
 

@@ -85,8 +85,8 @@ class DistributedDataParallel(Strategy):
                 yield from allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}",
                                      ranks=group)
 
-    def fast(self, spec, costs, layout):
-        return fast.ring_like(spec, costs, layout, buckets=True,
+    def fast(self, spec, costs):
+        return fast.ring_like(spec, costs, buckets=True,
                               broadcast_buffers=self.broadcasts_buffers)
 
     def analytic(self, spec, costs):

@@ -18,6 +18,7 @@ import math
 
 from commsim import closed_form as cf
 from commsim.errors import UserError
+from commsim.sim import fast
 from commsim.strategies.base import Strategy, Timing, register
 
 
@@ -94,6 +95,9 @@ class DataParallel(Strategy):
                 yield from ctx.wait(costs.overhead("gather"))
                 yield ctx.send(rank, 0, model, collective="gather")
         ctx.finish(rank)
+
+    def fast(self, spec, costs):
+        return fast.data_parallel(spec, costs, *_sizes(costs, spec))
 
     def analytic(self, spec, costs):
         p = spec.world_size

@@ -44,8 +44,8 @@ class ParameterServer(Strategy):
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
-    def fast(self, spec, costs, layout):
-        return fast.parameter_server(spec, costs, layout)
+    def fast(self, spec, costs):
+        return fast.parameter_server(spec, costs)
 
     def live_sync(self, model, comm):
         """Parameter server through rank 0, per parameter (the seed report's listing 3)."""

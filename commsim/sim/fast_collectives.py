@@ -1,0 +1,649 @@
+"""The collectives of ``commsim.sim.collectives`` as recurrences over arrays of ranks.
+
+The fast engine (``commsim.sim.fast``) times a collective for many ranks at once.  A *block* is a
+2-D array of simulated ranks, one row per independent collective (a group of ``group_size``
+ranks, or the whole world), its columns the ranks' positions in the collective's ``ranks``
+tuple.  Every function takes when each rank of the block calls the collective and returns when
+each one leaves it, as the DES would time them, by walking the algorithm's steps: a step is a
+set of messages, each delivered at max(sender posts, receiver posts) + its cost (the DES's
+rendezvous), then maybe a reduction on the rank's Gloo thread.  The steps of a tree or doubling
+algorithm are a ``Schedule``, built once per run (a message's cost is linear in the bytes); the
+ring's 2(p-1) steps are aggregated (``_ring_phase``, ``RingPaths``).
+
+That walk is exact while no NIC direction carries two messages at once and no host's cores are
+oversubscribed by a rank's own threads (``Run.claim_nic`` checks the first as the steps are
+built; the second is ``fast.unsupported``'s business, except for DDP's Gloo thread beside
+backward, which ``Run.gloo`` models with processor sharing).  With one rank per host it always
+holds: a rank has at most one send and one receive in flight, and only the parameter server's
+root talks to many ranks at once (``fast`` handles that queue itself).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from commsim.costs import CostInputs
+from commsim.errors import UserError
+from commsim.sim import collectives
+from commsim.spec import RunSpec
+
+# A step whose per-rank advances differ by less than this (relative to the clock) has reached
+# the max-plus eigenvector; the rest differ only by float rounding.
+_EIGEN_RTOL = 1e-12
+# Two intervals on one NIC direction that overlap by less than this (relative to the clock)
+# touch: float rounding of two times the DES computes as equal.
+_TOUCH_RTOL = 1e-12
+
+
+class NotExact(UserError):
+    """The run needs the DES after all (found while computing it): ``--engine auto`` then runs
+    the DES, ``--engine fast`` reports why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"--engine fast cannot model this run exactly: {reason}; "
+                         "use --engine auto or des")
+
+
+def cpu_rate(cores: float, threads: float) -> float:
+    """The DES's processor sharing: full speed while the threads fit, else cores / threads."""
+    return 1.0 if threads <= cores else cores / threads
+
+
+def host_bandwidths(c) -> np.ndarray:
+    bw = np.full(c.hosts, float(c.nic_bandwidth_Bps))
+    for host, rate in c.slow_links_Bps.items():
+        bw[host] = rate
+    return bw
+
+
+def intra_link(c) -> tuple[float, float]:
+    """Latency and bandwidth of a message between two ranks of one host (as the DES takes them:
+    unknown intra-host numbers fall back to the network's)."""
+    bw = c.intra_host_bandwidth_Bps or c.nic_bandwidth_Bps
+    lat = c.nic_latency_s if c.intra_host_latency_s is None else c.intra_host_latency_s
+    return lat, bw
+
+
+@dataclass(frozen=True)
+class Block:
+    """Independent collectives over the simulated ranks, one per row of ``idx``.
+
+    idx:     (rows, width) indices into ``Run.ranks``, each row in the collective's rank order.
+    size:    ranks in each collective: the width, except for one period of a ring that tiles a
+             larger one (a homogeneous cluster: every host's ranks behave alike).
+    stride:  for such a period, how far the ring's next rank is (1: the world ring; ranks per
+             host: the ring of hosts' first ranks); None otherwise.
+    """
+    idx: np.ndarray
+    size: int
+    stride: int | None = None
+
+
+class Run:
+    """The simulated ranks of one fast-engine run: their links, Gloo threads, and the bytes they
+    sent.  ``ranks`` are global rank numbers; every per-rank array here is indexed like them."""
+
+    def __init__(self, spec: RunSpec, costs: CostInputs, ranks, *, nic_intervals: bool = False):
+        c = spec.cluster
+        self.spec, self.costs = spec, costs
+        self.p = spec.world_size
+        self.rph = c.ranks_per_host
+        self.ranks = np.asarray(ranks, dtype=np.int64)
+        self.bw = host_bandwidths(c)
+        self.lat = c.nic_latency_s
+        self.intra_lat, self.intra_bw = intra_link(c)
+        threads, cores = costs.threads_per_rank, c.cores_per_host
+        # Rates of compute alone, of one Gloo thread alone, of either while both run.
+        self.a = cpu_rate(cores, threads)
+        self.b = cpu_rate(cores, 1)
+        self.r = cpu_rate(cores, threads + 1)
+        n = self.ranks.size
+        self.sent, self.received = np.zeros(n), np.zeros(n)
+        self.nic_sent, self.nic_received = np.zeros(n), np.zeros(n)
+        # While DDP's reductions compete with backward: when each rank's backward would end if
+        # nothing more competed (None: nothing competes).
+        self.backward_end = None
+        # Ranks sharing a host could queue on its NIC.  Either every host has one rank that
+        # ever sends (receives) over it, claimed here, or (``nic_intervals``, for one isolated
+        # phase) the busy intervals are kept and checked for overlaps afterwards.
+        self.shared_nics = self.rph > 1 and c.hosts > 1
+        self._intervals = [] if nic_intervals and self.shared_nics else None
+        if self.shared_nics and not nic_intervals:
+            self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
+            self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
+        self._schedules: dict = {}
+
+    # -- links ---------------------------------------------------------------------------------
+
+    def link(self, src, dst, collective: str):
+        """(latency, seconds per byte, crosses hosts) of messages src -> dst (global ranks):
+        a message of n bytes is delivered latency + n x seconds-per-byte after it starts and
+        holds the NIC directions it crosses for the n x seconds-per-byte."""
+        hs, hd = src // self.rph, dst // self.rph
+        inter = hs != hd
+        per_byte = np.where(inter, self.costs.wire(collective)
+                            / np.minimum(self.bw[hs], self.bw[hd]), 1.0 / self.intra_bw)
+        return np.where(inter, self.lat, self.intra_lat), per_byte, inter
+
+    def claim_nic(self, src, dst) -> None:
+        """Inter-host messages src -> dst (global ranks): each host must keep one sending and
+        one receiving rank, whose messages then follow one another."""
+        if self._intervals is not None:
+            return
+        for table, ranks in ((self._tx_rank, src), (self._rx_rank, dst)):
+            hosts = ranks // self.rph
+            free = table[hosts] < 0
+            table[hosts[free]] = ranks[free]
+            if np.any(table[hosts] != ranks):
+                raise NotExact("several ranks of one host use its NIC in one direction, and the "
+                               "DES queues their messages in its event order")
+
+    @property
+    def recording_nics(self) -> bool:
+        return self._intervals is not None
+
+    def record_nic(self, src, dst, begin, end) -> None:
+        """``nic_intervals`` mode: inter-host messages src -> dst busy from ``begin`` to ``end``."""
+        self._intervals.append((src // self.rph, dst // self.rph, begin, end))
+
+    def check_nic_intervals(self) -> None:
+        """No NIC direction was busy with two messages at once (``nic_intervals`` mode)."""
+        if not self._intervals:
+            return
+        hs, hd, begin, end = (np.concatenate([np.ravel(a) for a in x])
+                              for x in zip(*self._intervals))
+        scale = max(1.0, float(np.abs(end).max()))
+        for hosts in (hs, hd):
+            order = np.lexsort((begin, hosts))
+            h, b, e = hosts[order], begin[order], end[order]
+            same = h[1:] == h[:-1]
+            if np.any(same & (b[1:] < e[:-1] - _TOUCH_RTOL * scale)):
+                raise NotExact("two messages would share a NIC direction, and the DES queues "
+                               "them in its event order")
+
+    # -- CPU -----------------------------------------------------------------------------------
+
+    def gloo(self, idx, start, work, cols=None):
+        """A reduction of ``work`` CPU-seconds (scalar or per rank) on the Gloo thread of ranks
+        ``idx`` (columns ``cols`` of them, if given) from ``start``: when it ends."""
+        if self.backward_end is None:
+            return start + work / self.b
+        if cols is not None:
+            idx = _get(idx, cols)
+        end, self.backward_end[idx], _ = beside_backward(start, self.backward_end[idx], work,
+                                                         self.a, self.b, self.r)
+        return end
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    def schedule(self, name: str, blk: "Block", build) -> "Schedule":
+        """The steps of collective ``name`` over ``blk`` (built once per run: they do not
+        depend on the bytes)."""
+        key = (name, id(blk.idx))
+        if key not in self._schedules:
+            sched = Schedule(self, blk.idx)
+            build(sched)
+            self._schedules[key] = sched
+        return self._schedules[key]
+
+
+def beside_backward(start, backward_end, work, a: float, b: float, r: float):
+    """A Gloo reduction of ``work`` from ``start`` on a host whose backward would end at
+    ``backward_end`` if nothing more competed (processor sharing of the host's cores).
+
+    Returns (end, new backward_end, regime), regime 0: after backward (rate b), 1: wholly inside
+    it (both at rate r; backward ends w/r - w/a later), 2: straddling its end.  Zero work ends
+    at ``start`` and changes nothing (regime 0 or 1).
+    """
+    left = a * (backward_end - start)            # backward work still to do at ``start``
+    regime = np.where(left <= 0, 0, np.where(left >= work, 1, 2))
+    end = np.where(regime == 0, start + work / b,
+                   np.where(regime == 1, start + work / r, start + left / r + (work - left) / b))
+    new_b = np.where(regime == 0, backward_end,
+                     np.where(regime == 1, backward_end + work / r - work / a, start + left / r))
+    return end, new_b, regime
+
+
+# -- rings -------------------------------------------------------------------------------------
+
+def ring_steps(run: Run, blk: Block, post, nbytes: float):
+    """The 2(size-1) steps of Gloo's ring among each row of ``blk`` (``_ring_steps``): send one
+    chunk right, receive one from the left, reduce it (reduce-scatter), then the same without
+    reducing (all-gather)."""
+    p = blk.size
+    chunk = nbytes / p
+    ranks = run.ranks[blk.idx]
+    if blk.stride is None:
+        right = np.roll(ranks, -1, axis=1)
+    else:
+        right = (ranks + blk.stride) % run.p
+    lat, per_byte, inter = run.link(ranks, right, "all_reduce")
+    edge_s = lat + chunk * per_byte
+    if run.shared_nics and inter.any():
+        run.claim_nic(ranks[inter], right[inter])
+    post = _ring_phase(run, blk.idx, post, p - 1, edge_s, chunk * run.costs.gamma_s_per_B)
+    post = _ring_phase(run, blk.idx, post, p - 1, edge_s, 0.0)
+    moved = 2 * (p - 1) * chunk
+    run.sent[blk.idx] += moved
+    run.received[blk.idx] += moved
+    run.nic_sent[blk.idx] += np.where(inter, moved, 0.0)
+    run.nic_received[blk.idx] += np.where(np.roll(inter, 1, axis=1), moved, 0.0)
+    return post
+
+
+def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
+    """``steps`` ring steps (send right, receive left, then reduce ``work``) from post times
+    ``post`` (rows: independent rings).  Returns the post times of the step after.
+
+    Step by step: D_i = max(R_i, R_i+1) + c_i, E_i = max(D_i, D_i-1), R_i' = reduce(E_i).  Once
+    one step moves every rank of a row by the same λ the row is a max-plus eigenvector and the
+    remaining steps are one addition (while DDP's regimes hold).  Uncontended, the rest of the
+    phase is ``ring_paths`` where that is cheaper than stepping.
+    """
+    competing = run.backward_end is not None and work > 0
+    B = run.backward_end[idx] if competing else None
+    paths = RingPaths(edge_s)
+    k = 0
+    prev_regime = None
+    while k < steps:
+        if B is not None and np.all(B <= post.min()):
+            run.backward_end[idx] = B
+            B = None               # every backward is over: plain max-plus from here
+        if B is None:
+            g = work / run.b if work > 0 else 0.0
+            if paths.cheaper_than_stepping(steps - k):
+                return paths.after(post, steps - k) + (steps - k) * g
+        sent = np.maximum(post, np.roll(post, -1, axis=1)) + edge_s
+        done = np.maximum(sent, np.roll(sent, 1, axis=1))
+        if B is not None:
+            nxt, B, regime = beside_backward(done, B, work, run.a, run.b, run.r)
+        else:
+            nxt, regime = done + g, None
+        k += 1
+        advance = nxt - post
+        lam = advance.max(axis=1, keepdims=True)
+        eigen = float((lam - advance.min(axis=1, keepdims=True)).max()) <= \
+            _EIGEN_RTOL * max(1.0, float(np.abs(nxt).max()))
+        same_regime = regime is None or (prev_regime is not None and not np.any(regime == 2)
+                                         and np.array_equal(regime, prev_regime))
+        if k < steps and same_regime and eigen:
+            # Every later step of the phase adds lam to its row, while the regimes hold.
+            jump = steps - k
+            if regime is not None and np.any(regime == 1):
+                grow = work / run.r - work / run.a    # backward's delay per overlapped step
+                inside = regime == 1
+                slack = (B - nxt)[inside] / (np.broadcast_to(lam, nxt.shape)[inside] - grow)
+                jump = min(jump, int(np.floor(slack.min())) - 1)
+            if jump > 0:
+                nxt = nxt + jump * lam
+                if regime is not None:
+                    B = np.where(regime == 1, B + jump * (work / run.r - work / run.a), B)
+                k += jump
+        post, prev_regime = nxt, regime
+    if B is not None:
+        run.backward_end[idx] = B
+    return post
+
+
+class RingPaths:
+    """Post times after k uncontended ring steps without their reductions (add k·g), in
+    one go, for rings (rows) with edges ``edge_s``.
+
+    One step is a max-plus product: R_i' = max(R_i + ĉ_i, R_i+1 + c_i, R_i-1 + c_i-1), staying
+    at i weighing ĉ_i = max(c_i-1, c_i) >= either edge of i.  So R_i after K steps is the best
+    K-step walk j -> i: R_j + its edges + ĉ of every stay, and a best walk goes straight from j
+    to the vertex m of greatest ĉ it visits, stays there, and goes straight on to i (anything
+    else weighs no more).  Let c0 be the cheapest edge of the row: a walk whose m has ĉ_m = c0
+    only crosses edges of c0 and weighs R_j + K·c0, and any j within K steps reaches i at
+    least that well: the window max, max R within K + K·c0.  The *special* m with ĉ_m > c0
+    (beside a slower link; on shared hosts every host's ends, beside the faster loopback) take
+    one O(size) sweep each: the best arrival at m within d steps (R_j + edges - d·ĉ_m, a
+    running max over d), then the way out to every i.
+    """
+
+    def __init__(self, edge_s):
+        self.edge_s = edge_s
+        self.base = edge_s.min(axis=1, keepdims=True)
+        self.stay = np.maximum(edge_s, np.roll(edge_s, 1, axis=1))
+        self.special = np.nonzero(self.stay > self.base)
+        self._edges = {}
+
+    def cheaper_than_stepping(self, steps: int) -> bool:
+        """A sweep per special vertex costs O(steps + size); steps cost O(rows x size) each,
+        and a ring settles into its eigenvector within about a ring's length of them (a
+        straggler's delay or a slow link's lag crosses it), after which they are jumped."""
+        rows, size = self.edge_s.shape
+        return self.special[0].size * (steps + size) <= rows * size * min(steps, size)
+
+    def after(self, post, steps: int):
+        out = window_max(post, steps) + steps * self.base
+        for r, m in zip(*(x.tolist() for x in self.special)):
+            out[r] = np.maximum(out[r], self._walks_via(post[r], r, m, steps))
+        return out
+
+    def _walks_via(self, R, row: int, m: int, steps: int):
+        """The best ``steps``-step walks on ring ``row`` that stay at its vertex m: into every
+        vertex.  Indexed from m: d steps right of m is (m + d) mod size, d steps left
+        (m - d) mod size; a row that is one period of a longer ring (steps >= size) wraps."""
+        size = R.size
+        stay = self.stay[row, m]
+        key = (row, m, steps)
+        if key not in self._edges:    # the same edges serve both phases of a ring
+            c = self.edge_s[row]
+            right = np.resize(np.roll(c, -m), steps)           # edges m+d -- m+d+1
+            left = np.resize(np.roll(c[::-1], m), steps)       # edges m-d-1 -- m-d
+            d_stay = np.arange(steps + 1) * stay
+            self._edges[key] = (np.concatenate(([0.0], np.cumsum(right))) - d_stay,
+                                np.concatenate(([0.0], np.cumsum(left))) - d_stay, d_stay)
+        right_c, left_c, d_stay = self._edges[key]     # edges to m±d, less d stays
+        right_r = np.resize(np.roll(R, -m), steps + 1)
+        left_r = np.resize(np.roll(R[::-1], m + 1), steps + 1)
+        # Best arrival at m within d moves (each move weighed against a stay), then the
+        # steps - d left: arrive within them, move out d.
+        arrive = np.maximum.accumulate(np.maximum(right_r + right_c, left_r + left_c))
+        leave = arrive[::-1] + d_stay[-1]
+        out = _fold(leave + right_c, size)             # index (vertex - m) mod size
+        np.maximum(out, np.roll(_fold(leave + left_c, size)[::-1], 1), out=out)
+        return np.roll(out, m)
+
+
+def _fold(x, size: int):
+    """out[k] = max of x[d] over d = k mod size."""
+    rows = -(-x.size // size)
+    if rows == 1:
+        return np.concatenate((x, np.full(size - x.size, -np.inf)))
+    padded = np.concatenate((x, np.full(rows * size - x.size, -np.inf)))
+    return padded.reshape(rows, size).max(axis=0)
+
+
+def window_max(x, radius: int):
+    """Per row of ``x``, the max over the circular window of ``radius`` on either side
+    (van Herk / Gil-Werman: O(size) for any radius)."""
+    rows, n = x.shape
+    width = 2 * radius + 1
+    if width >= n:
+        return np.broadcast_to(x.max(axis=1, keepdims=True), x.shape).copy()
+    ext = np.concatenate([x[:, n - radius:], x, x[:, :radius]], axis=1)
+    blocks = -(-ext.shape[1] // width)
+    pad = np.full((rows, blocks * width - ext.shape[1]), -np.inf)
+    ext = np.concatenate([ext, pad], axis=1).reshape(rows, blocks, width)
+    ahead = np.maximum.accumulate(ext, axis=2).reshape(rows, -1)
+    behind = np.maximum.accumulate(ext[:, :, ::-1], axis=2)[:, :, ::-1].reshape(rows, -1)
+    return np.maximum(behind[:, :n], ahead[:, width - 1:width - 1 + n])
+
+
+def ring_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+    """``collectives.ring_allreduce``: call overhead, the ring's steps, divide by p."""
+    post = t + run.costs.overhead("all_reduce")
+    post = ring_steps(run, blk, post, nbytes)
+    return run.gloo(blk.idx, post, nbytes * run.costs.gamma_s_per_B) if average else post
+
+
+# -- schedules of messages ------------------------------------------------------------------------
+
+_SEND, _EXCHANGE, _GLOO = range(3)
+
+
+def _cols(positions):
+    """Columns as a slice where they are evenly spaced (a view, no copy), else as an array."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size == 1:
+        return slice(int(positions[0]), int(positions[0]) + 1)
+    step = np.diff(positions)
+    if positions.size and step[0] > 0 and np.all(step == step[0]):
+        return slice(int(positions[0]), int(positions[-1]) + 1, int(step[0]))
+    return positions
+
+
+def _get(T, cols):
+    """T[:, cols] (np.take gathers faster than fancy indexing)."""
+    return T[:, cols] if isinstance(cols, slice) else np.take(T, cols, axis=1)
+
+
+class Schedule:
+    """One collective's steps over a block, with each message's latency and seconds per byte
+    (the bytes scale with the collective's size n) and each rank's bytes per n sent and
+    received: built once, then ``run`` for every tensor.
+
+    Steps (positions are columns of the block):
+    * send(src, dst, mult, work): src[k] sends mult[k]·n bytes to dst[k]; both are done when it
+      is delivered; then dst reduces work·n seconds on its Gloo thread;
+    * exchange(cols, partner, mult, work): each position of ``cols`` sends mult·n bytes to and
+      receives from ``cols[partner]`` (done when both are delivered), then reduces work·n;
+    * gloo(cols, work): those positions reduce work·n.
+    """
+
+    def __init__(self, run: Run, idx):
+        self.idx = idx
+        self._run = run
+        self.steps: list[tuple] = []
+        self._flat = _cols(idx.reshape(-1))
+        # Bytes per byte of the collective, per position.
+        self.sent, self.received = np.zeros(idx.shape), np.zeros(idx.shape)
+        self.nic_sent, self.nic_received = np.zeros(idx.shape), np.zeros(idx.shape)
+
+    def _messages(self, src, dst, mult, collective):
+        run = self._run
+        gs, gd = run.ranks[self.idx[:, src]], run.ranks[self.idx[:, dst]]
+        lat, per_byte, inter = run.link(gs, gd, collective)
+        if run.shared_nics and inter.any():
+            run.claim_nic(gs[inter], gd[inter])
+        mult = np.broadcast_to(np.asarray(mult, dtype=float), gs.shape[1:])
+        self.sent[:, src] += mult
+        self.received[:, dst] += mult
+        self.nic_sent[:, src] += np.where(inter, mult, 0.0)
+        self.nic_received[:, dst] += np.where(inter, mult, 0.0)
+        ends = (gs[inter], gd[inter]) if inter.any() else None
+        # Uniform links (one class of ranks) are scalars: most steps of a uniform cluster.
+        if lat.min() == lat.max() and per_byte.min() == per_byte.max():
+            lat, per_byte = float(lat.flat[0]), float(per_byte.flat[0])
+        return lat, per_byte, (inter, ends), mult
+
+    def send(self, src, dst, mult=1.0, work: float = 0.0, collective: str = "all_reduce"):
+        lat, per_byte, crossing, mult = self._messages(src, dst, mult, collective)
+        self.steps.append((_SEND, _cols(src), _cols(dst), lat, per_byte, crossing, mult, work))
+
+    def exchange(self, cols, partner, mult=1.0, work: float = 0.0):
+        lat, per_byte, crossing, mult = self._messages(cols, cols[partner], mult, "all_reduce")
+        self.steps.append((_EXCHANGE, _cols(cols), partner, lat, per_byte, crossing, mult,
+                           work))
+
+    def gloo(self, cols, work: float):
+        self.steps.append((_GLOO, _cols(cols), None, 0.0, 0.0, None, None, work))
+
+    def run(self, T, nbytes: float):
+        """The steps from post times ``T`` (rows x columns of the block) for a collective of
+        ``nbytes``: when each position is done."""
+        run, idx = self._run, self.idx
+        T = np.array(T, dtype=float)
+        for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
+            if kind == _GLOO:
+                T[:, src] = run.gloo(idx, _get(T, src), work * nbytes, src)
+                continue
+            size = mult * nbytes
+            if kind == _SEND:
+                begin = np.maximum(_get(T, src), _get(T, dst))
+            else:
+                begin = _get(T, src)
+                begin = np.maximum(begin, np.take(begin, dst, axis=1))
+            got = begin + (lat + size * per_byte)
+            inter, ends = crossing
+            if run.recording_nics and ends is not None:
+                busy = np.broadcast_to(size * per_byte, begin.shape)[inter]
+                run.record_nic(*ends, begin[inter], begin[inter] + busy)
+            # An exchange's two messages start together (max of the partners' posts) and cost
+            # the same (one link, both ways): both are delivered at ``got``, the all_of too.
+            done = run.gloo(idx, got, work * nbytes, dst if kind == _SEND else src) \
+                if work else got
+            if kind == _SEND:
+                T[:, src] = got
+                T[:, dst] = done
+            else:
+                T[:, src] = done
+        run.sent[self._flat] += nbytes * self.sent.reshape(-1)
+        run.received[self._flat] += nbytes * self.received.reshape(-1)
+        run.nic_sent[self._flat] += nbytes * self.nic_sent.reshape(-1)
+        run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
+        return T
+
+
+# -- trees and recursive doubling ----------------------------------------------------------------
+
+def _binomial_reduce(sched: Schedule, width: int, work: float) -> None:
+    """``collectives.binomial_reduce`` along each row: at distance m, position i + m sends to i
+    (i a multiple of 2m), which reduces ``work``·n."""
+    m = 1
+    while m < width:
+        dst = np.arange(0, width - m, 2 * m)
+        sched.send(dst + m, dst, work=work)
+        m <<= 1
+
+
+def _binomial_broadcast(sched: Schedule, width: int, collective: str = "all_reduce",
+                        share=None) -> None:
+    """``collectives.binomial_broadcast`` along each row, from position 0: at distance m (from
+    the top down) position i sends to i + m (i a multiple of 2m).  ``share(m, dst)``: bytes per
+    n of each message when they vary (a scatter's subtrees)."""
+    m = 1 << max(0, (width - 1).bit_length() - 1) if width > 1 else 0
+    while m >= 1:
+        src = np.arange(0, width - m, 2 * m)
+        sched.send(src, src + m, 1.0 if share is None else share(m, src + m),
+                   collective=collective)
+        m >>= 1
+
+
+def binomial_broadcast(run: Run, blk: "Block", T, nbytes: float, collective: str):
+    """A binomial broadcast of ``nbytes`` from position 0 of each row (DDP's buffers)."""
+    width = blk.idx.shape[1]
+    return run.schedule(f"broadcast {collective}", blk,
+                        lambda s: _binomial_broadcast(s, width, collective)).run(T, nbytes)
+
+
+def tree_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+    """``collectives.tree_allreduce``: binomial reduce to the first rank, binomial broadcast."""
+    width = blk.idx.shape[1]
+    gamma = run.costs.gamma_s_per_B
+
+    def build(s):
+        _binomial_reduce(s, width, gamma)
+        _binomial_broadcast(s, width)
+        if average:
+            s.gloo(np.arange(width), gamma)
+
+    T = t + run.costs.overhead("all_reduce")
+    return run.schedule(f"tree {average}", blk, build).run(T, nbytes)
+
+
+def _folded(sched: Schedule, width: int, gamma: float, average: bool, power_of_two) -> None:
+    """``collectives._folded_allreduce`` after the overhead: MPICH's fold of the first 2r
+    positions onto the odd ones, ``power_of_two(sched, survivors, q)`` among the q survivors,
+    the fold back, the divide."""
+    q = 1 << (width.bit_length() - 1)
+    r = width - q
+    even = np.arange(0, 2 * r, 2)
+    if r:
+        sched.send(even, even + 1, work=gamma)
+    j = np.arange(q)
+    power_of_two(sched, np.where(j < r, 2 * j + 1, j + r), q)
+    if r:
+        sched.send(even + 1, even)
+    if average:
+        sched.gloo(np.arange(width), gamma)
+
+
+def recursive_doubling_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+    """``collectives.recursive_doubling_allreduce``: exchange the whole buffer with the
+    survivor 2^k away and add, for k = 0, 1, ..."""
+    width = blk.idx.shape[1]
+    gamma = run.costs.gamma_s_per_B
+
+    def doubling(sched, survivors, q):
+        mask = 1
+        while mask < q:
+            sched.exchange(survivors, np.arange(q) ^ mask, work=gamma)
+            mask <<= 1
+
+    sched = run.schedule(f"recursive_doubling {average}", blk,
+                         lambda s: _folded(s, width, gamma, average, doubling))
+    return sched.run(t + run.costs.overhead("all_reduce"), nbytes)
+
+
+def rabenseifner_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+    """``collectives.rabenseifner_allreduce``: recursive halving (exchange and add halves of the
+    segment with the survivor q/2, q/4, ... away), then recursive doubling of the segments."""
+    width = blk.idx.shape[1]
+    gamma = run.costs.gamma_s_per_B
+
+    def halving_doubling(sched, survivors, q):
+        seg, dist = 1.0, q // 2
+        while dist >= 1:
+            seg /= 2
+            sched.exchange(survivors, np.arange(q) ^ dist, seg, work=seg * gamma)
+            dist //= 2
+        dist = 1
+        while dist < q:
+            sched.exchange(survivors, np.arange(q) ^ dist, seg)
+            seg *= 2
+            dist *= 2
+
+    sched = run.schedule(f"rabenseifner {average}", blk,
+                         lambda s: _folded(s, width, gamma, average, halving_doubling))
+    return sched.run(t + run.costs.overhead("all_reduce"), nbytes)
+
+
+def hierarchical_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+    """``collectives.hierarchical_allreduce``; ``blk.idx`` holds one host per row (its ranks in
+    order; one row stands for every host on a uniform cluster): reduce inside the host, ring
+    among the hosts' first ranks, broadcast inside the host, divide."""
+    hosts = run.spec.cluster.hosts
+    width = blk.idx.shape[1]
+    gamma = run.costs.gamma_s_per_B
+    T = t + run.costs.overhead("all_reduce")
+    T = run.schedule("host reduce", blk, lambda s: _binomial_reduce(s, width, gamma)).run(
+        T, nbytes)
+    if hosts > 1:
+        period = blk.idx.shape[0] < hosts
+        leaders = Block(blk.idx[:, :1].T, hosts, run.rph if period else None)
+        T[:, 0] = ring_steps(run, leaders, T[:, :1].T, nbytes)[0]
+
+    def build(s):
+        _binomial_broadcast(s, width)
+        if average:
+            s.gloo(np.arange(width), gamma)
+
+    return run.schedule(f"host broadcast {average}", blk, build).run(T, nbytes)
+
+
+# The recurrence of every DES algorithm, named after it: one the DES gains without a recurrence
+# here fails on import, not in a run.
+ALLREDUCE = {name: globals()[f"{name}_allreduce"] for name in collectives.ALLREDUCE}
+
+
+def binomial_gather_mean_scatter(run: Run, blk: Block, t, nbytes: float):
+    """``collectives.binomial_gather_mean_scatter`` with root 0 (position 0 of each row): a
+    rank forwards its subtree's buffers up, the root takes the mean, the subtrees' shares go
+    down."""
+    costs = run.costs
+    width = blk.idx.shape[1]
+
+    def gather(s):
+        m = 1
+        while m < width:
+            dst = np.arange(0, width - m, 2 * m)
+            s.send(dst + m, dst, np.minimum(m, width - dst - m), collective="gather")
+            m <<= 1
+        s.gloo(np.arange(1), width * costs.gamma_s_per_B)
+
+    def scatter(s):
+        _binomial_broadcast(s, width, "scatter", share=lambda m, dst: np.minimum(m, width - dst))
+
+    T = run.schedule("binomial gather", blk, gather).run(t + costs.overhead("gather"), nbytes)
+    return run.schedule("binomial scatter", blk, scatter).run(T + costs.overhead("scatter"),
+                                                             nbytes)
+
+
+def lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
