@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -93,7 +94,10 @@ def run(opts: CalibrateOptions, progress: IO[str] | None = None) -> Profile | No
               "compute": opts.compute,
               "oversubscribe": (opts.oversubscribe if opts.oversubscribe is not None
                                 else 0.0 if opts.quick else OVERSUBSCRIBE),
-              "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {}}
+              "collectives": {"reps": 3, "slow_reps": 2} if opts.quick else {},
+              # The host-side phase takes the emulated links' shaping off for a few seconds.
+              "cluster": json.loads(info.to_json()) if info is not None else None,
+              "quick": opts.quick}
     work = opts.out.parent / f".{opts.out.name}.ranks"
     if env is not None:
         results = [run_from_env(WORKER, config, env, collective_timeout_s=opts.collective_timeout_s,

@@ -75,3 +75,34 @@ def test_the_host_side_round_trips_through_json():
     assert back.collectives["all_reduce"].host_bandwidth_Bps == HOST
     assert "host_bandwidth_Bps" not in replace(hosted, collectives=profiles()[0].collectives
                                                ).dumps()
+
+
+def test_host_rate_is_the_bytes_term_over_the_time_left():
+    """An unshaped all-reduce of n bytes on p ranks took t: its bytes term 2(p-1)/p n over t
+    less the fitted overhead, the latency terms and the reductions."""
+    pytest.importorskip("torch")
+    from commsim.calibrate.phases.base import ProfileParts
+    from commsim.calibrate.phases.host_side import host_rate
+    from commsim.profile import CollectiveFit, NetworkFit
+    p, n, t = 4, 16 << 20, 0.05
+    parts = ProfileParts(world_size=p, network=NetworkFit(latency_s=1e-4, bandwidth_Bps=LINK),
+                         collectives={"all_reduce": CollectiveFit(
+                             latency_s=1e-4, bandwidth_Bps=FITTED, reduction_s_per_B=GAMMA,
+                             overhead_s=O)})
+    record = {"op": "all_reduce", "bytes": n, "world_size": p, "times_s": [t, t * 1.1, t * 0.9]}
+    left = t - O - 2 * (p - 1) * 1e-4 - (p - 1) / p * n * GAMMA
+    assert host_rate(record, parts) == pytest.approx(2 * (p - 1) / p * n / left)
+    assert host_rate({**record, "times_s": [1e-6]}, parts) is None    # nothing left to time
+
+
+def test_host_side_is_measured_only_on_an_emulated_cluster():
+    pytest.importorskip("torch")
+    from commsim.calibrate.phases.host_side import HostSide
+    from commsim.calibrate.phases.keys import HostSideKey
+
+    class Ctx:
+        config, world_size, taken, rank = {"cluster": None}, 4, {}, 0
+    assert list(HostSide().plan(Ctx())) == []
+    assert HostSide().key({"kind": "host_side", "op": "gather", "bytes": 4}) == \
+        HostSideKey("gather", 4)
+    assert HostSide().key({"kind": "collective", "op": "gather", "bytes": 4}) is None

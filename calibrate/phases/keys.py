@@ -33,10 +33,11 @@ class CollectiveKey:
     """A collective timed at one message size (bytes per rank; 0 for barrier)."""
     op: str
     bytes: int
+    KIND = "collective"
 
     @classmethod
     def of(cls, record: dict) -> "CollectiveKey | None":
-        if record.get("kind") != "collective":
+        if record.get("kind") != cls.KIND:
             return None
         return cls(record["op"], record["bytes"])
 
@@ -62,4 +63,11 @@ class ReductionKey:
         return cls() if record.get("kind") == "reduction" else None
 
 
-Key = ComputeKey | CollectiveKey | ContentionKey | ReductionKey
+@dataclass(frozen=True)
+class HostSideKey(CollectiveKey):
+    """A collective timed at one size with the emulated links' shaping off (never equal to a
+    ``CollectiveKey`` of the same op and size: dataclasses compare their classes)."""
+    KIND = "host_side"
+
+
+Key = ComputeKey | CollectiveKey | ContentionKey | ReductionKey | HostSideKey
