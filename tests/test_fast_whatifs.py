@@ -233,9 +233,43 @@ def test_ring_paths_equal_the_steps(size, copies, data):
     values = st.sampled_from([1.0, 1.5, 4.0, 0.25])
     edge_s = np.array([data.draw(st.lists(values, min_size=size, max_size=size))])
     post = np.array([data.draw(st.lists(st.floats(0, 10), min_size=size, max_size=size))])
-    got = RingPaths(edge_s).after(post, steps)
+    assert_ring_paths(edge_s, post, steps, copies)
+
+
+def assert_ring_paths(edge_s, post, steps, copies=1):
+    paths = RingPaths(edge_s)
+    if not paths.exact(steps):
+        assert not paths.cheaper_than_stepping(steps)      # the engine steps instead
+        return
     whole = ring_steps(np.tile(post, copies), np.tile(edge_s, copies), steps)
-    np.testing.assert_allclose(got, whole[:, :size], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(paths.after(post, steps), whole[:, :post.shape[1]], rtol=1e-12,
+                               atol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(2, 4), st.data())
+def test_ring_paths_of_several_rings(size, rows, data):
+    """Groups: rings side by side, each priced at its own level."""
+    steps = data.draw(st.integers(0, size - 1))
+    values = st.sampled_from([1.0, 1.5, 4.0, 0.25])
+    edge_s = np.array([data.draw(st.lists(values, min_size=size, max_size=size))
+                       for _ in range(rows)])
+    post = np.array([data.draw(st.lists(st.floats(0, 10), min_size=size, max_size=size))
+                     for _ in range(rows)])
+    assert_ring_paths(edge_s, post, steps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 5), st.data())
+def test_ring_paths_on_shared_hosts(local, hosts, data):
+    """Rings of hosts: loopback edges inside a host, dearer edges between hosts, some slower
+    still (slow links): walks priced at the hosts' edges, strips of a host's inner ranks."""
+    size = local * hosts
+    edge_s = np.array([[1.0 if (v + 1) % local == 0 else 0.2 for v in range(size)]])
+    for v in data.draw(st.lists(st.integers(0, size - 1), max_size=2)):
+        edge_s[0, v] = data.draw(st.sampled_from([1.0, 2.5, 6.0]))
+    post = np.array([data.draw(st.lists(st.floats(0, 10), min_size=size, max_size=size))])
+    assert_ring_paths(edge_s, post, data.draw(st.integers(0, size - 1)))
 
 
 @settings(max_examples=200, deadline=None)

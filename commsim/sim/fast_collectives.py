@@ -296,33 +296,125 @@ class RingPaths:
     at i weighing ĉ_i = max(c_i-1, c_i) >= either edge of i.  So R_i after K steps is the best
     K-step walk j -> i: R_j + its edges + ĉ of every stay, and a best walk goes straight from j
     to the vertex m of greatest ĉ it visits, stays there, and goes straight on to i (anything
-    else weighs no more).  Let c0 be the cheapest edge of the row: a walk whose m has ĉ_m = c0
-    only crosses edges of c0 and weighs R_j + K·c0, and any j within K steps reaches i at
-    least that well: the window max, max R within K + K·c0.  The *special* m with ĉ_m > c0
-    (beside a slower link; on shared hosts every host's ends, beside the faster loopback) take
-    one O(size) sweep each: the best arrival at m within d steps (R_j + edges - d·ĉ_m, a
-    running max over d), then the way out to every i.
+    else weighs no more).  Each row's walks are priced at a level L, one of its ĉ values:
+    * m with ĉ_m = L (most vertices): the walk weighs K·L less a penalty L - c_e for each edge
+      it crosses cheaper than L (loopback inside a host), a difference of prefix sums Q.  Such
+      a walk can stay where it enters i's *strip* (the vertices around i with ĉ < L) instead,
+      at no loss, so i's value is the best arrival at a vertex b within the strip's length,
+      max_j R_j - |Q_j - Q_b| over j within K - |b - i| steps (one-sided window maxima), less
+      |Q_b - Q_i|.  Every edge at L or dearer (one rank per host): the window max of R + K·L.
+    * m with ĉ_m > L (beside a slower link) lies in a *run* of neighbours of equal ĉ.  A walk
+      from or to outside the run does as well staying at the run's end on that side (the run's
+      edges cost no more than a stay): one O(size) sweep per end, the best arrival within d
+      steps (R_j + edges - d·ĉ, a running max over d), then the way out to every i.  A walk
+      from and to inside the run does as well staying where it starts: priced along the run.
+    * m with ĉ_m < L stays inside a strip; such walks weigh no more than leaving the strip to
+      stay at L once K·(L - ĉ_m) covers the way out and back (``exact`` checks it; below that
+      the ring steps).
     """
 
     def __init__(self, edge_s):
         self.edge_s = edge_s
-        self.base = edge_s.min(axis=1, keepdims=True)
         self.stay = np.maximum(edge_s, np.roll(edge_s, 1, axis=1))
-        self.special = np.nonzero(self.stay > self.base)
+        self._run_end = ((self.stay != np.roll(self.stay, 1, axis=1))
+                         | (self.stay != np.roll(self.stay, -1, axis=1)))
+        self.level, self.strip, self._dominated = self._price()
+        self.special = np.nonzero((self.stay > self.level) & self._run_end)
+        self.penalty = self.level - np.minimum(edge_s, self.level)
         self._edges = {}
+        self._runs = None
+
+    def _price(self):
+        """Per row, the level L with the least work: few run ends above it (a sweep each),
+        short strips below it (a window pass per vertex of the longest); a row all at one
+        value takes it.  Returns L (a column), the longest strip per row and, per row,
+        (L - the dearest stay below L) / (L - the cheapest edge): walks inside strips weigh
+        no more than others once steps x that >= twice the strip."""
+        rows, size = self.stay.shape
+        cost = np.full(rows, np.inf)
+        level, strip = np.zeros(rows), np.zeros(rows, dtype=np.int64)
+        for value in np.unique(self.stay):       # ascending: the dearer level wins a tie
+            runs = _longest_runs(self.stay < value)
+            ends = ((self.stay > value) & self._run_end).sum(axis=1)
+            work = ends * 2 * size + (runs + 1) * size
+            better = (runs < size) & (work <= cost)
+            cost, level, strip = (np.where(better, work, cost), np.where(better, value, level),
+                                  np.where(better, runs, strip))
+        level = level[:, None]
+        under = np.where(self.stay < level, self.stay, -np.inf).max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dominated = np.where(strip > 0, (level[:, 0] - under)
+                                 / (level[:, 0] - self.edge_s.min(axis=1)), np.inf)
+        return level, strip, dominated
+
+    def exact(self, steps: int) -> bool:
+        """Walks staying inside a strip weigh no more than the others after ``steps``."""
+        strips = self.strip > 0
+        return bool(np.all(steps * self._dominated[strips] >= 2 * self.strip[strips]))
 
     def cheaper_than_stepping(self, steps: int) -> bool:
-        """A sweep per special vertex costs O(steps + size); steps cost O(rows x size) each,
-        and a ring settles into its eigenvector within about a ring's length of them (a
-        straggler's delay or a slow link's lag crosses it), after which they are jumped."""
+        """Exact and cheaper: a sweep per run end costs O(steps + size), a window pass per
+        strip vertex O(size + 2·steps); steps cost O(rows x size) each, and a ring settles
+        into its eigenvector within about a ring's length of them (a straggler's delay or a
+        slow link's lag crosses it), after which they are jumped."""
+        if not self.exact(steps):
+            return False
         rows, size = self.edge_s.shape
-        return self.special[0].size * (steps + size) <= rows * size * min(steps, size)
+        passes = int(self.strip.max()) + 1 if self.penalty.any() else 0
+        work = (self.special[0].size * (steps + size)
+                + passes * 2 * rows * (size + 2 * steps))
+        return work <= rows * size * min(steps, size)
 
     def after(self, post, steps: int):
-        out = window_max(post, steps) + steps * self.base
+        if self.penalty.any():
+            out = self._priced(post, steps)
+        else:                        # every edge at the level or dearer: the plain window
+            out = window_max(post, steps) + steps * self.level
         for r, m in zip(*(x.tolist() for x in self.special)):
             out[r] = np.maximum(out[r], self._walks_via(post[r], r, m, steps))
+        self._inside_runs(post, steps, out)
         return out
+
+    def _priced(self, post, steps: int):
+        """The best walks staying at the level, with penalties: on the ring unrolled to
+        ``steps`` either side (lifted index x is vertex (x - steps) mod size)."""
+        rows, size = post.shape
+        ring = (np.arange(size + 2 * steps) - steps) % size
+        R = post[:, ring]
+        Q = np.zeros(R.shape)                  # Q[x]: penalties of the edges before x
+        np.cumsum(self.penalty[:, ring[:-1]], axis=1, out=Q[:, 1:])
+        plus, minus = R + Q, R - Q
+        here = steps + np.arange(size)
+        at_level = self.stay >= self.level
+        best = np.full((rows, size), -np.inf)
+        for t in range(int(self.strip.max()) + 1):
+            width = steps - t + 1
+            left, right = _sliding_max(plus, width), _sliding_max(minus, width)
+            for b in (here - t, here + t):     # where the walk enters i's strip
+                arrive = np.maximum(left[:, b - width + 1] - Q[:, b], right[:, b] + Q[:, b])
+                value = arrive - np.abs(Q[:, here] - Q[:, b])
+                best = np.maximum(best, np.where(at_level[:, ring[b]], value, -np.inf))
+        return best + steps * self.level
+
+    def _inside_runs(self, post, steps: int, out) -> None:
+        """Walks from and to inside a run above the level with interior vertices, staying
+        where they start: R_j + edges + (steps - |i - j|)·ĉ, two one-sided window maxima
+        along the run."""
+        if self._runs is None:
+            self._runs = _equal_runs(self.stay, self.stay > self.level)
+        for r, run in self._runs:
+            n = run.size
+            stay = self.stay[r, run[0]]
+            along = np.concatenate(([0.0], np.cumsum(self.edge_s[r, run[:-1]])))
+            k = np.arange(n) * stay
+            width = min(steps, n - 1) + 1
+            pad = np.full(width - 1, -np.inf)
+            from_left = _sliding_max(np.concatenate((pad, post[r, run] - along + k))[None],
+                                     width)[0]
+            from_right = _sliding_max(np.concatenate((post[r, run] + along - k, pad))[None],
+                                      width)[0]
+            best = np.maximum(from_left + along - k, from_right - along + k) + steps * stay
+            out[r, run] = np.maximum(out[r, run], best)
 
     def _walks_via(self, R, row: int, m: int, steps: int):
         """The best ``steps``-step walks on ring ``row`` that stay at its vertex m: into every
@@ -333,14 +425,14 @@ class RingPaths:
         key = (row, m, steps)
         if key not in self._edges:    # the same edges serve both phases of a ring
             c = self.edge_s[row]
-            right = np.resize(np.roll(c, -m), steps)           # edges m+d -- m+d+1
-            left = np.resize(np.roll(c[::-1], m), steps)       # edges m-d-1 -- m-d
+            right = _from(c, -m, steps)                        # edges m+d -- m+d+1
+            left = _from(c[::-1], m, steps)                    # edges m-d-1 -- m-d
             d_stay = np.arange(steps + 1) * stay
             self._edges[key] = (np.concatenate(([0.0], np.cumsum(right))) - d_stay,
                                 np.concatenate(([0.0], np.cumsum(left))) - d_stay, d_stay)
         right_c, left_c, d_stay = self._edges[key]     # edges to m±d, less d stays
-        right_r = np.resize(np.roll(R, -m), steps + 1)
-        left_r = np.resize(np.roll(R[::-1], m + 1), steps + 1)
+        right_r = _from(R, -m, steps + 1)
+        left_r = _from(R[::-1], m + 1, steps + 1)
         # Best arrival at m within d moves (each move weighed against a stay), then the
         # steps - d left: arrive within them, move out d.
         arrive = np.maximum.accumulate(np.maximum(right_r + right_c, left_r + left_c))
@@ -348,6 +440,54 @@ class RingPaths:
         out = _fold(leave + right_c, size)             # index (vertex - m) mod size
         np.maximum(out, np.roll(_fold(leave + left_c, size)[::-1], 1), out=out)
         return np.roll(out, m)
+
+
+def _longest_runs(mask):
+    """Per row, the longest run of True, around the ring (the row's size if all True)."""
+    rows, size = mask.shape
+    out = np.where(mask.all(axis=1), size, 0)
+    r, c = np.nonzero(~mask)
+    if r.size:
+        first = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1]     # each row's first False
+        last = np.r_[first[1:] - 1, r.size - 1]
+        gaps = np.r_[np.diff(c), 0]                                 # to the next False ...
+        gaps[last] = c[first] + size - c[last]                      # ... or around the row
+        np.maximum.at(out, r, gaps - 1)
+    return out
+
+
+def _equal_runs(stay, above):
+    """(row, vertices) of every run of 3 or more neighbours with ``above`` and equal ``stay``
+    (around the ring): the runs with vertices inside."""
+    rows, size = stay.shape
+    runs = []
+    for r in np.flatnonzero(above.any(axis=1)).tolist():
+        p = np.flatnonzero(above[r])
+        groups = np.split(p, np.flatnonzero((np.diff(p) != 1) | (np.diff(stay[r, p]) != 0)) + 1)
+        if (len(groups) > 1 and groups[0][0] == 0 and groups[-1][-1] == size - 1
+                and stay[r, 0] == stay[r, -1]):
+            groups[0] = np.concatenate((groups.pop(), groups[0]))
+        runs += [(r, g) for g in groups if g.size >= 3]
+    return runs
+
+
+def _sliding_max(x, width: int):
+    """out[:, a] = max of x[:, a:a + width] for every a (van Herk / Gil-Werman: O(size))."""
+    rows, n = x.shape
+    blocks = -(-n // width)
+    padded = np.full((rows, blocks * width), -np.inf)
+    padded[:, :n] = x
+    padded = padded.reshape(rows, blocks, width)
+    ahead = np.maximum.accumulate(padded, axis=2).reshape(rows, -1)
+    behind = np.maximum.accumulate(padded[:, :, ::-1], axis=2)[:, :, ::-1].reshape(rows, -1)
+    count = n - width + 1
+    return np.maximum(behind[:, :count], ahead[:, width - 1:width - 1 + count])
+
+
+def _from(x, shift: int, count: int):
+    """``count`` values of ``x`` rolled by ``shift``, repeating it as often as needed."""
+    x = np.roll(x, shift)
+    return x[:count] if count <= x.size else np.resize(x, count)
 
 
 def _fold(x, size: int):
