@@ -15,7 +15,11 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    (g_i the reduction of reduce-scatter, 0 in all-gather): a max-plus linear system.
    * Aggregated steps: once one step moves every rank of a ring by the same λ, the state is a
      max-plus eigenvector and stays one: the remaining steps of the phase are one addition.
-     With equal edges the whole phase is a sliding-window max: max R within k + k·(c + g).
+   * Uncontended phases in one go (``RingPaths``): R after k steps is the best k-step walk
+     into each rank, which stays at one vertex; with equal edges a sliding-window max,
+     max R within k + k·(c + g), and a sweep per rank beside a slower link or, on shared
+     hosts, window maxima with penalties for the cheaper loopback edges.  O(p) per phase
+     where stepping was O(p²) (slow links, stragglers on shared hosts).
    * Symmetry: with no straggler and no slow link, ranks repeat with period ranks_per_host (the
      world ring is simulated on one period: a ring of length q behaves like the p-ring it
      tiles), groups with period lcm(group_size, ranks_per_host), hierarchical's hosts alike.
