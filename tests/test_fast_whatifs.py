@@ -114,6 +114,21 @@ def test_binomial_ps_on_shared_hosts():
           stragglers={3: 1.5}, sync_every=2)
 
 
+def test_trees_on_hosts_of_three_ranks():
+    """Three ranks per host: in a binomial tree several ranks of a host send to other hosts,
+    one after another on a uniform cluster (exact: no message waits for a NIC), while a
+    straggler and a slow link make two of them meet on one NIC (the DES queues them in its
+    event order: declined)."""
+    check("ring", 3, algorithm="tree", ranks_per_host=3, cores_per_host=6)
+    check("ps", 2, algorithm="binomial", ranks_per_host=3, cores_per_host=6)
+    check("ddp", 4, ranks_per_host=3, cores_per_host=9)       # the buffer broadcast's tree
+    sc = Scenario(global_batch=64 * 9, bucket_bytes=500_000, ranks_per_host=3, cores_per_host=6,
+                  algorithm="tree", stragglers={1: 1.7}, slow_links_Bps={0: 30e6})
+    assert predict(DISTINCT, "ring", 3, sc, engine="auto").engine == "des"
+    with pytest.raises(UserError, match="NIC"):
+        predict(DISTINCT, "ring", 3, sc, engine="fast")
+
+
 @pytest.mark.parametrize("strategy, nodes, kw", [
     ("ring", 256, dict(stragglers={200: 1.5}, slow_links_Bps={17: 30e6, 90: 60e6})),
     ("ring", 64, dict(algorithm="rabenseifner", stragglers={5: 1.5}, slow_links_Bps={40: 40e6})),

@@ -46,11 +46,12 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   every other's, at event granularity;
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU;
-* ranks_per_host > 1 where several ranks of a host send (or receive) over its NIC in one
-  collective (recursive doubling, rabenseifner, groups cutting across hosts; dp): their
-  messages queue there in simpy's event order.  The world ring, tree and binomial ps with
-  power-of-two ranks per host, hierarchical and linear ps keep one rank per NIC direction;
-  DDP's buffer broadcast is checked for overlapping messages;
+* ranks_per_host > 1 where two messages would share a NIC direction at once (recursive
+  doubling and rabenseifner, whose ranks all exchange across hosts at once; dp; rings of
+  groups cutting across hosts, whose hosts carry several ring edges): they queue there in
+  simpy's event order.  The world ring, hierarchical and linear ps keep one rank per NIC
+  direction; trees, binomial ps and DDP's buffer broadcast are checked for overlapping
+  messages;
 * calibrated contention that would slow a message while compute runs on the same cores;
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
@@ -248,7 +249,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             start = np.full(p, end)
 
     ranks, blocks = _blocks(spec, algorithm)
-    run = Run(spec, costs, ranks)
+    run = Run(spec, costs, ranks, nic_intervals=True)
     f, start, comm, begin = factor[ranks], start[ranks], comm[ranks], begin[ranks]
     forward = start + costs.forward_s * f / a
     backward_work = costs.backward_s * f
@@ -277,6 +278,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             end = _allreduce(run, blocks, algorithm, synced, nbytes)
             comm = comm + (end - synced)
             synced = end
+    run.check_nic_intervals()
     finish = synced + optimizer
     compute = begin + (forward - start) + (backward_end - forward) + optimizer
 
@@ -350,10 +352,11 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
     t = backward_end.copy()
     if p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial":
-        run = Run(spec, costs, np.arange(p))
+        run = Run(spec, costs, np.arange(p), nic_intervals=True)
         blk = Block(np.arange(p)[None], p)
         for n in costs.param_bytes:
             t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
+        run.check_nic_intervals()
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = cpu_rate(c.cores_per_host, 1)

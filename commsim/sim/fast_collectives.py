@@ -11,9 +11,12 @@ algorithm are a ``Schedule``, built once per run (a message's cost is linear in 
 ring's 2(p-1) steps are aggregated (``_ring_phase``, ``RingPaths``).
 
 That walk is exact while no NIC direction carries two messages at once and no host's cores are
-oversubscribed by a rank's own threads (``Run.claim_nic`` checks the first as the steps are
-built; the second is ``fast.unsupported``'s business, except for DDP's Gloo thread beside
-backward, which ``Run.gloo`` models with processor sharing).  With one rank per host it always
+oversubscribed by a rank's own threads.  The first is checked on shared hosts: a ring must keep
+one rank per host on each NIC direction (``Run.claim_nic``), and a schedule's messages must not
+overlap in time on any direction (``Run.check_nic_intervals``: then no message ever waits, and
+the times computed without queues are the DES's).  The second is ``fast.unsupported``'s
+business, except for DDP's Gloo thread beside backward, which ``Run.gloo`` models with
+processor sharing.  With one rank per host it always
 holds: a rank has at most one send and one receive in flight, and only the parameter server's
 root talks to many ranks at once (``fast`` handles that queue itself).
 """
@@ -106,12 +109,12 @@ class Run:
         # While DDP's reductions compete with backward: when each rank's backward would end if
         # nothing more competed (None: nothing competes).
         self.backward_end = None
-        # Ranks sharing a host could queue on its NIC.  Either every host has one rank that
-        # ever sends (receives) over it, claimed here, or (``nic_intervals``, for one isolated
-        # phase) the busy intervals are kept and checked for overlaps afterwards.
+        # Ranks sharing a host could queue on its NIC.  A ring's hosts each keep one rank per
+        # direction, claimed here; a schedule's messages (``nic_intervals``) have their busy
+        # intervals kept, and ``check_nic_intervals`` finds any overlap afterwards.
         self.shared_nics = self.rph > 1 and c.hosts > 1
         self._intervals = [] if nic_intervals and self.shared_nics else None
-        if self.shared_nics and not nic_intervals:
+        if self.shared_nics:
             self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
             self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
         self._schedules: dict = {}
@@ -131,8 +134,6 @@ class Run:
     def claim_nic(self, src, dst) -> None:
         """Inter-host messages src -> dst (global ranks): each host must keep one sending and
         one receiving rank, whose messages then follow one another."""
-        if self._intervals is not None:
-            return
         for table, ranks in ((self._tx_rank, src), (self._rx_rank, dst)):
             hosts = ranks // self.rph
             free = table[hosts] < 0
@@ -150,7 +151,8 @@ class Run:
         self._intervals.append((src // self.rph, dst // self.rph, begin, end))
 
     def check_nic_intervals(self) -> None:
-        """No NIC direction was busy with two messages at once (``nic_intervals`` mode)."""
+        """No NIC direction was busy with two messages at once (``nic_intervals`` mode): every
+        message the schedules timed started on idle directions, as in the DES."""
         if not self._intervals:
             return
         hs, hd, begin, end = (np.concatenate([np.ravel(a) for a in x])
@@ -569,7 +571,7 @@ class Schedule:
         run = self._run
         gs, gd = run.ranks[self.idx[:, src]], run.ranks[self.idx[:, dst]]
         lat, per_byte, inter = run.link(gs, gd, collective)
-        if run.shared_nics and inter.any():
+        if run.shared_nics and not run.recording_nics and inter.any():
             run.claim_nic(gs[inter], gd[inter])
         mult = np.broadcast_to(np.asarray(mult, dtype=float), gs.shape[1:])
         self.sent[:, src] += mult
