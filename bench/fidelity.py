@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--third-rate", default="300mbit",
                     help="a link rate no profile is calibrated at: its cells (largest node "
                          "count) are predicted from the other rates' profiles ('' to skip)")
-    ap.add_argument("--second-model", default="",
+    ap.add_argument("--second-model", default="commsim.calibrate.models:wide_mlp",
                     help="a second --model factory (module:function), calibrated and measured "
                          "on the fastest link ('' to skip)")
     ap.add_argument("--probe-seconds", type=float, default=3.0,

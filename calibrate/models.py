@@ -82,6 +82,16 @@ def small_mlp(num_classes: int = 10, track_running_stats: bool = True) -> nn.Mod
                          nn.Linear(32, num_classes))
 
 
+def wide_mlp(num_classes: int = 10, track_running_stats: bool = True) -> nn.Module:
+    """The second model ``bench/fidelity --second-model`` calibrates: an MLP of 6.8 M
+    parameters, 6.3 M of them in its first dense layer (3072 x 2048), so one 25 MB gradient
+    becomes ready only at the very end of backward, where VGG-11 spreads 35 MB over 34
+    tensors."""
+    del track_running_stats  # no batch norm
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 2048), nn.ReLU(),
+                         nn.Linear(2048, 256), nn.ReLU(), nn.Linear(256, num_classes))
+
+
 def load_factory(spec: str) -> Callable[..., nn.Module]:
     """``"package.module:function"`` -> the callable; UserError (one line) if it is not one."""
     module_name, sep, attr = str(spec).partition(":")

@@ -92,3 +92,11 @@ def test_an_unusable_factory_is_one_line_and_exit_2(capsys):
     assert main(["live", "--strategy", "single", "--model", "factories:raises"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "weights not found" in err
+
+
+def test_the_second_model_puts_its_gradient_bytes_in_one_late_tensor():
+    model = models.wide_mlp()
+    sizes = [p.numel() for p in model.parameters()]
+    assert sum(sizes) == 6_820_618
+    assert sizes[0] == 3 * 32 * 32 * 2048 and sizes[0] / sum(sizes) > 0.9
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
