@@ -59,6 +59,7 @@ from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, refit_profile, run as calibrate
 from commsim.files import atomic_write_text
+from commsim.progress import Progress
 from commsim.spec import measured_cpu_efficiency
 from commsim.table import text_table
 from commsim.units import fmt_rate, fmt_time, parse_rate_Bps
@@ -256,9 +257,6 @@ def main(argv=None) -> int:
     command = "python bench/fidelity.py " + " ".join(argv or sys.argv[1:])
     t0 = time.monotonic()
 
-    def say(msg):
-        print(f"[fidelity {time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
-
     def grid(cell_nodes, rate, strategies=strategies, **whatif):
         return ValidationGrid(strategies=strategies, nodes=cell_nodes, rates_Bps=(rate,),
                               iterations=args.iterations, global_batch=args.global_batch,
@@ -273,6 +271,14 @@ def main(argv=None) -> int:
     third = parse_rate_Bps(args.third_rate) if args.third_rate else None
     top = max(nodes)
     probes: list[dict] = []
+    # The units of work, for the progress display: every calibration and every live run.
+    cells = len(rates) * len(strategies) * len(nodes) + len(whatifs) \
+        + (len(strategies) if third else 0) \
+        + (len(strategies) * len(nodes) if args.second_model else 0)
+    calibrations_planned = len(rates) * len({top, 2}) + (1 if args.second_model else 0)
+    bar = Progress("fidelity", 0 if args.repredict else
+                   calibrations_planned + args.passes * cells)
+    say = bar.step
     if args.repredict:
         source = Path(args.repredict)
         data = json.loads((source / "fidelity.json").read_text())
@@ -341,7 +347,7 @@ def main(argv=None) -> int:
         def live(strategy, n, emulate):
             return measured[(strategy, n, emulate.bandwidth_Bps, g.variant)]
         return validate(g, profile, tolerance_pct=TARGET_MEDIAN, run_live=live,
-                        cluster_for_rate=cluster_for_rate, progress=say).rows
+                        cluster_for_rate=cluster_for_rate, progress=lambda _msg: None).rows
 
     ext_nodes = tuple(n for n in nodes if n > 2)
     main_rows = [row for rate in rates
@@ -457,6 +463,7 @@ def main(argv=None) -> int:
         print(f"\nNoise floor: the same cell measured in each pass\n{table}\n{summary}")
         lines += ["## Noise floor: the same cell measured in each pass", "", "```", table, "```",
                   "", summary, ""]
+    bar.close()
     atomic_write_text(out / "fidelity.json", json.dumps(result, indent=1, sort_keys=True) + "\n",
                       force=True)
     atomic_write_text(out / "fidelity.md", "\n".join(lines), force=True)

@@ -41,6 +41,7 @@ from commsim.calibrate.digits import DIGITS
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.models import buffer_specs, build_model, param_specs
 from commsim.files import atomic_write_text, check_output
+from commsim.progress import Progress
 from commsim.profile import Profile, load_default
 from commsim.units import fmt_bytes, parse_rate_Bps
 
@@ -190,12 +191,12 @@ def main(argv=None) -> int:
 
     start = time.perf_counter()
     runs = []
+    bar = Progress("traffic_accuracy", len(plan))
     try:
         info = cluster.up(max(workers), rate, prefix=PREFIX)
-        for i, (w, k, g, e, long_run, seed) in enumerate(plan):
+        for w, k, g, e, long_run, seed in plan:
             its = steps_for(e, args.global_batch, k)
-            print(f"traffic_accuracy {i + 1}/{len(plan)}: {w} workers, {label(k, g)}, {e} epochs "
-                  f"({its} iterations), seed {seed}", file=sys.stderr, flush=True)
+            bar.step(f"{w} workers, {label(k, g)}, {e} epochs ({its} iterations), seed {seed}")
             m = run_live(replace(base, sync_every=k, group_size=g, iterations=its, seed=seed),
                          nodes=w, emulate=info, timeout_s=600, progress=io.StringIO())
             p = predict(profile, args.strategy, w,
@@ -210,6 +211,7 @@ def main(argv=None) -> int:
                          "payload_bytes": 2 * p.bytes_sent_per_rank * w * its,
                          "test_accuracy": m["test_accuracy"], "iteration_s": m["iteration_s"]})
     finally:
+        bar.close()
         cluster.down(PREFIX)
         (cluster.STATE_DIR / f"{PREFIX}.lock").unlink(missing_ok=True)  # single-use prefix
     rows = summarize(runs)
