@@ -158,6 +158,13 @@ def render(meta: dict, rows: list[dict]) -> str:
                   f"({ref['epochs']} epochs), "
                   + (f"{saved:.0%} less traffic." if best is not ref else
                      "no setting with less traffic came that close."))
+    chance = [r for r in rows if r["accuracy_mean"] <= 0.15]
+    if chance:
+        md += ["", "At chance (10 classes, mean accuracy at most 15%): " + ", ".join(
+            f"{r['workers']} workers {label(r['sync_every'], r['group_size'])} for "
+            f"{r['epochs']} epochs" for r in chance) + ".  Their steps average the fewest "
+            "samples (a group's ranks only) at the same learning rate; where the runs recorded "
+            "the final training loss it is in the JSON (`final_train_loss`)."]
     md += ["", "Every run uses the base learning rate 0.1: a step's gradient is the mean over the "
            "samples it averages (batch per rank x ranks averaged x k), so k and g change the "
            "optimisation as well as the traffic.", ""]
@@ -174,7 +181,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--global-batch", type=int, default=60)
     ap.add_argument("--out", default="reports")
+    ap.add_argument("--render", metavar="JSON",
+                    help="measure nothing: summarise and write the runs of an earlier JSON again")
     args = ap.parse_args(argv)
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        write(Path(args.out), data["meta"], data["runs"])
+        return 0
     workers = [int(w) for w in args.workers.split(",") if w]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     rate = parse_rate_Bps(args.rate)
@@ -209,18 +222,24 @@ def main(argv=None) -> int:
                          "iterations": its, "seed": seed, "measured_bytes": counted,
                          "predicted_bytes": interface_bytes(p, info.gso_max_bytes).total * its,
                          "payload_bytes": 2 * p.bytes_sent_per_rank * w * its,
-                         "test_accuracy": m["test_accuracy"], "iteration_s": m["iteration_s"]})
+                         "test_accuracy": m["test_accuracy"], "iteration_s": m["iteration_s"],
+                         "final_train_loss": m["loss"][-1]})
     finally:
         bar.close()
         cluster.down(PREFIX)
         (cluster.STATE_DIR / f"{PREFIX}.lock").unlink(missing_ok=True)  # single-use prefix
-    rows = summarize(runs)
     meta = {"command": "python bench/traffic_accuracy.py " + " ".join(argv or sys.argv[1:]),
             "strategy": args.strategy, "rate": args.rate, "model": MODEL, "data": DIGITS,
             "global_batch": args.global_batch, "seeds": seeds,
             "wall_s": time.perf_counter() - start}
+    write(Path(args.out), meta, runs)
+    return 0
+
+
+def write(out: Path, meta: dict, runs: list[dict]) -> None:
+    """Summarise ``runs`` and write ``traffic_accuracy.md`` and ``.json`` to ``out``."""
+    rows = summarize(runs)
     text = render(meta, rows)
-    out = Path(args.out)
     atomic_write_text(out / "traffic_accuracy.md", text, force=True)
     atomic_write_text(out / "traffic_accuracy.json",
                       json.dumps({"meta": meta, "rows": rows, "runs": runs,
@@ -229,7 +248,6 @@ def main(argv=None) -> int:
                                               for a in answers(rows)]},
                                  indent=1, sort_keys=True) + "\n", force=True)
     print(text)
-    return 0
 
 
 if __name__ == "__main__":
