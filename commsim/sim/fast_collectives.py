@@ -427,20 +427,33 @@ class RingPaths:
         key = (row, m, steps)
         if key not in self._edges:    # the same edges serve both phases of a ring
             c = self.edge_s[row]
-            right = _from(c, -m, steps)                        # edges m+d -- m+d+1
-            left = _from(c[::-1], m, steps)                    # edges m-d-1 -- m-d
+            c = np.roll(c, -m)                                 # c[d]: edge m+d -- m+d+1
+            right = _cycle(c, steps)
+            left = _cycle(c[::-1], steps)                      # edges m-d-1 -- m-d
             d_stay = np.arange(steps + 1) * stay
             self._edges[key] = (np.concatenate(([0.0], np.cumsum(right))) - d_stay,
                                 np.concatenate(([0.0], np.cumsum(left))) - d_stay, d_stay)
         right_c, left_c, d_stay = self._edges[key]     # edges to m±d, less d stays
-        right_r = _from(R, -m, steps + 1)
-        left_r = _from(R[::-1], m + 1, steps + 1)
+        R = np.roll(R, -m)                              # R[d]: vertex m + d
+        right_r = _cycle(R, steps + 1)
+        left_r = _cycle(np.concatenate((R[:1], R[:0:-1])), steps + 1)    # vertex m - d
         # Best arrival at m within d moves (each move weighed against a stay), then the
         # steps - d left: arrive within them, move out d.
-        arrive = np.maximum.accumulate(np.maximum(right_r + right_c, left_r + left_c))
+        arrive = right_r + right_c
+        left_r += left_c
+        np.maximum(arrive, left_r, out=arrive)
+        np.maximum.accumulate(arrive, out=arrive)
         leave = arrive[::-1] + d_stay[-1]
-        out = _fold(leave + right_c, size)             # index (vertex - m) mod size
-        np.maximum(out, np.roll(_fold(leave + left_c, size)[::-1], 1), out=out)
+        right_out = leave + right_c
+        left_out = np.add(leave, left_c, out=leave)
+        if steps < size:             # each vertex reached once per direction
+            out = np.full(size, -np.inf)
+            out[:steps + 1] = right_out
+            tail = out[size - steps:]                  # d = steps .. 1 to the left
+            np.maximum(tail, left_out[steps:0:-1], out=tail)
+        else:                        # one period of a longer ring: fold the laps
+            out = _fold(right_out, size)
+            np.maximum(out, np.roll(_fold(left_out, size)[::-1], 1), out=out)
         return np.roll(out, m)
 
 
@@ -486,9 +499,8 @@ def _sliding_max(x, width: int):
     return np.maximum(behind[:, :count], ahead[:, width - 1:width - 1 + count])
 
 
-def _from(x, shift: int, count: int):
-    """``count`` values of ``x`` rolled by ``shift``, repeating it as often as needed."""
-    x = np.roll(x, shift)
+def _cycle(x, count: int):
+    """The first ``count`` values of ``x`` repeated."""
     return x[:count] if count <= x.size else np.resize(x, count)
 
 
