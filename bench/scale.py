@@ -7,8 +7,8 @@ Steps:
 1. load the profile (``--profile``, else the bundled one, else VGG-11's real parameter shapes from
    ``commsim.calibrate.models`` with nominal compute times: the shapes, not the times, set the cost
    of a prediction);
-2. for every ``predict`` option on every strategy it applies to, and for every pair of options
-   (on the first strategy taking both), at each rank count with 32 samples per rank: one
+2. for every ``predict`` option, and every pair of options, on every strategy it applies to,
+   at each rank count with 32 samples per rank: one
    prediction in a child forked from this process (commsim imported, profile loaded: the
    prediction alone), its wall time (``time.perf_counter``), CPU time (``time.process_time``)
    and the child's peak RSS (``os.wait4``); options the fast engine declines are named with its
@@ -49,7 +49,7 @@ PREDICT_TARGET_S = {1024: 0.5, 65536: 2.0}
 MEMORY_TARGET = 1 * GiB
 SWEEP_TARGET_S = 10.0
 TUNE_TARGET_S = 30.0
-STRATEGIES = ("ddp", "ring", "ps", "dp")     # a pair runs on the first that takes both options
+STRATEGIES = ("ddp", "ring", "ps", "dp")
 
 # Every option of ``predict`` that changes what is simulated, as ``commsim.api.scenario`` (and,
 # with dashes, the CLI) names it, with the strategies it applies to.
@@ -103,15 +103,15 @@ def vgg11_nominal() -> Profile:
 
 def cases(pairs: bool):
     """(label, strategy, options): the defaults, every option on every strategy it applies to,
-    and (``pairs``) every pair of options on the first strategy that takes both."""
+    and (``pairs``) every pair of options on every strategy that takes both."""
     out = [("defaults", s, {}) for s in STRATEGIES]
     for name, (options, strategies) in OPTIONS.items():
         out += [(name, s, options) for s in strategies]
     if pairs:
         for (a, (oa, sa)), (b, (ob, sb)) in itertools.combinations(OPTIONS.items(), 2):
-            both = [s for s in STRATEGIES if s in sa and s in sb]
-            if both and not oa.keys() & ob.keys() and (a, b) not in EXCLUSIVE:
-                out.append((f"{a} + {b}", both[0], {**oa, **ob}))
+            if not oa.keys() & ob.keys() and (a, b) not in EXCLUSIVE:
+                out += [(f"{a} + {b}", s, {**oa, **ob}) for s in STRATEGIES
+                        if s in sa and s in sb]
     return out
 
 
