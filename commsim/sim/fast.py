@@ -47,11 +47,13 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU;
 * ranks_per_host > 1 where two messages would share a NIC direction at once (recursive
-  doubling and rabenseifner, whose ranks all exchange across hosts at once; dp; rings of
-  groups cutting across hosts, whose hosts carry several ring edges): they queue there in
-  simpy's event order.  The world ring, hierarchical and linear ps keep one rank per NIC
-  direction; trees, binomial ps and DDP's buffer broadcast are checked for overlapping
-  messages;
+  doubling and rabenseifner, whose ranks all exchange across hosts at once; rings of groups
+  cutting across hosts, whose hosts carry several ring edges; dp, whose devices' gradients
+  would queue behind each other before the root's): they queue there in simpy's event order.
+  The world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
+  host queue behind each other, but only the root's last delivery counts, which queueing
+  in front of its work-conserving receive direction does not change; trees, binomial ps and
+  DDP's buffer broadcast are checked for overlapping messages;
 * calibrated contention that would slow a message while compute runs on the same cores;
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
