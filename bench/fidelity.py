@@ -58,6 +58,7 @@ from commsim.api import predict
 from commsim.calibrate import cluster
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.runner import CalibrateOptions, refit_profile, run as calibrate
+from commsim.cli.cluster import quiet_torch
 from commsim.files import atomic_write_text
 from commsim.progress import Progress
 from commsim.spec import measured_cpu_efficiency
@@ -249,6 +250,7 @@ def main(argv=None) -> int:
                          "(to check a change to the model against measurements already taken)")
     ap.add_argument("--out", default="reports/fidelity")
     args = ap.parse_args(argv)
+    quiet_torch(verbose=False)   # c10d's warnings from every rank mean nothing here
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     nodes = tuple(int(n) for n in args.nodes.split(","))

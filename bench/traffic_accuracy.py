@@ -40,6 +40,7 @@ from commsim.calibrate import cluster
 from commsim.calibrate.digits import DIGITS
 from commsim.calibrate.live import LiveConfig, run_live
 from commsim.calibrate.models import buffer_specs, build_model, param_specs
+from commsim.cli.cluster import quiet_torch
 from commsim.files import atomic_write_text, check_output
 from commsim.progress import Progress
 from commsim.profile import Profile, load_default
@@ -184,6 +185,7 @@ def main(argv=None) -> int:
     ap.add_argument("--render", metavar="JSON",
                     help="measure nothing: summarise and write the runs of an earlier JSON again")
     args = ap.parse_args(argv)
+    quiet_torch(verbose=False)   # c10d's warnings from every rank mean nothing here
     if args.render:
         data = json.loads(Path(args.render).read_text())
         write(Path(args.out), data["meta"], data["runs"])
