@@ -16,12 +16,12 @@ REQUIRED = {"strategy": str, "nodes": int, "predicted_s": float, "measured_s": f
             "measured_spread_s": float, "error_pct": float}
 
 
-def _check(row, i: int, where: str) -> dict:
+def _check(row, i: int, where: str, required: dict = REQUIRED) -> dict:
     if not isinstance(row, dict):
         raise UserError(f"{where}: row {i} must be an object, got {type(row).__name__}")
-    for key, kind in REQUIRED.items():
+    for key, kind in required.items():
         if key not in row:
-            raise UserError(f"{where}: row {i} has no '{key}' (need {', '.join(REQUIRED)})")
+            raise UserError(f"{where}: row {i} has no '{key}' (need {', '.join(required)})")
         value = row[key]
         if kind is str:
             ok = isinstance(value, str) and value != ""
@@ -69,17 +69,5 @@ def load_traffic_accuracy(path: str | Path) -> list[dict]:
     if not isinstance(rows, list) or not rows:
         raise UserError(f"--traffic-accuracy {p}: expected bench/traffic_accuracy's JSON, an "
                         "object with a non-empty 'rows' list")
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise UserError(f"--traffic-accuracy {p}: row {i} must be an object")
-        for key, kind in TRAFFIC_REQUIRED.items():
-            value = row.get(key)
-            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                  and math.isfinite(value) and (kind is float or value >= 1))
-            if not ok:
-                raise UserError(f"--traffic-accuracy {p}: row {i} '{key}' must be "
-                                f"{'a number' if kind is float else 'an integer >= 1'}, "
-                                f"got {value!r}")
-        out.append(dict(row))
-    return out
+    return [_check(row, i, f"--traffic-accuracy {p}", TRAFFIC_REQUIRED)
+            for i, row in enumerate(rows)]

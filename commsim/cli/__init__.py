@@ -118,20 +118,20 @@ class _GuardedStdout(io.TextIOWrapper):
             return stream
 
     def write(self, text):
-        try:
-            return super().write(text)
-        except BrokenPipeError:
-            raise StdoutClosed() from None
-        except OSError as exc:
-            raise StdoutFailed(reason(exc)) from None
+        return _guarded(super().write, text)
 
     def flush(self):
-        try:
-            return super().flush()
-        except BrokenPipeError:
-            raise StdoutClosed() from None
-        except OSError as exc:
-            raise StdoutFailed(reason(exc)) from None
+        return _guarded(super().flush)
+
+
+def _guarded(call, *args):
+    """``call(*args)`` on standard output, its failures told apart from other OSErrors."""
+    try:
+        return call(*args)
+    except BrokenPipeError:
+        raise StdoutClosed() from None
+    except OSError as exc:
+        raise StdoutFailed(reason(exc)) from None
 
 
 def _run(argv: list[str] | None) -> int:
