@@ -200,3 +200,42 @@ def test_progress_on_a_terminal_is_one_live_display():
     with Progress("calibrate", 3, stream=plain, plain=True) as bar:   # --quiet
         bar.step("compute alone")
     assert plain.getvalue().startswith("[calibrate")
+
+
+def test_relay_turns_rank_zero_lines_into_one_progress_display():
+    """The launcher writes rank 0's stderr into a Relay in whatever pieces it read: relay lines
+    become updates (done/total, resumed work left out of the time per unit), other lines are
+    passed on, a line split across writes is kept whole."""
+    import io
+
+    from commsim.progress import Progress, Relay, relay_line
+    out, clock = io.StringIO(), _Clock()
+    relay = Relay(Progress("calibrate", stream=out, clock=clock))
+    relay.write(relay_line(3, 10, "7 phases"))            # 3 resumed: not timed
+    clock.t = 20.0
+    text = relay_line(5, 10, "all_reduce 4 B") + "rank 0: a warning\n" + relay_line(6, 12, "gat")
+    relay.write(text[:30])
+    relay.write(text[30:] + relay_line(12, 12, "done"))
+    relay.close()
+    assert out.getvalue().splitlines() == [
+        "[calibrate      0s] 3/10 7 phases",
+        "[calibrate     20s] 5/10 all_reduce 4 B (~50 s left)",   # 2 units in 20 s, 5 left
+        "[calibrate     20s] rank 0: a warning",
+        "[calibrate     20s] 6/12 gat (~40 s left)",
+        "[calibrate     20s] 12/12 done"]
+
+
+def test_a_launched_rank_reports_relay_lines_and_a_torchrun_rank_its_own_progress(monkeypatch):
+    import io
+
+    from commsim.progress import RELAY_ENV, Progress, parse_relay_line, rank_progress
+    monkeypatch.setenv(RELAY_ENV, "1")
+    out = io.StringIO()
+    rank_progress("calibrate", True, stream=out).update(4, 9, "scatter 1024 B")
+    assert parse_relay_line(out.getvalue().rstrip("\n")) == (4, 9, "scatter 1024 B")
+    quiet = io.StringIO()
+    rank_progress("calibrate", False, stream=quiet).update(1, 2, "x")    # ranks other than 0
+    assert quiet.getvalue() == ""
+    monkeypatch.delenv(RELAY_ENV)
+    assert isinstance(rank_progress("calibrate", True, stream=io.StringIO()), Progress)
+    assert parse_relay_line("[W1123 socket.cpp:207] [c10d] The hostname ...") is None

@@ -1,6 +1,7 @@
 """Validation: the comparison arithmetic, and a CI-sized live validate (2 ranks, tiny model)."""
 import json
 import math
+import re
 
 import pytest
 
@@ -108,6 +109,13 @@ def test_ci_sized_live_validate(tmp_path, capsys):
     code = main(["calibrate", "--quick", "--nodes", "2", "--model",
                  "commsim.calibrate.live:small_cnn", "--out", str(prof)])
     assert code == 0
+    # Progress without a terminal: plain lines relayed from rank 0, counting every key measured
+    # up to the total, which the lazy sweeps only estimate until they have run.
+    counts = [tuple(map(int, m.groups())) for m in
+              re.finditer(r"^\[calibrate +\d+s\] (\d+)/(\d+) ", capsys.readouterr().err, re.M)]
+    assert counts[0][0] == 0 and len(counts) > 10
+    assert [d for d, _ in counts] == list(range(len(counts)))
+    assert counts[-1][0] == counts[-1][1]
     out = tmp_path / "v.json"
     code = main(["validate", "--profile", str(prof), "--strategies", "ring", "--nodes", "2",
                  "--iterations", "3", "--global-batch", "16", "--tolerance", "1000",

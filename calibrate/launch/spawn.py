@@ -6,7 +6,8 @@
    in its own process group (``start_new_session``), where its ``Placement`` puts it (this host,
    or node r of an emulated cluster) with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and thread
    counts in its environment;
-2. watches the children (stderr goes to ``rank{r}.log``; rank 0's is relayed live as progress):
+2. watches the children (stderr goes to ``rank{r}.log``; rank 0's is relayed live to the
+   caller's ``progress`` stream, with its progress as ``commsim.progress`` relay lines):
    as soon as one exits non-zero or is killed, it kills every other process group and raises
    ``RunFailed`` (``UserError`` when the rank reported one) naming the rank and its last stderr
    line.  Past ``timeout_s`` it kills them all and says which ranks were still running.
@@ -36,6 +37,7 @@ from commsim.calibrate.launch.placement import Placement, place
 from commsim.calibrate.launch.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, default_threads
 from commsim.errors import RunFailed, UserError
 from commsim.files import atomic_write_text
+from commsim.progress import RELAY_ENV, Relay
 
 if TYPE_CHECKING:  # the cluster module needs root tools only when used
     from commsim.calibrate.cluster import ClusterInfo
@@ -59,7 +61,8 @@ def launch(worker: str, config: dict, *, nodes: int, emulate: "ClusterInfo | Non
     """Run ``worker(rank, nodes, config)`` on ``nodes`` ranks; their dicts in rank order.
 
     ``master_addr`` overrides the rendezvous address (tests of a wrong address); ``progress``
-    receives rank 0's stderr as it is written (None: sys.stderr)."""
+    receives rank 0's stderr as it is written, whole lines (a ``commsim.progress.Relay`` shows
+    its progress; None: its other lines go to sys.stderr)."""
     if nodes < 1:
         raise UserError(f"--nodes must be >= 1, got {nodes}")
     placement = place(nodes, emulate, master_addr=master_addr, master_port=master_port)
@@ -77,7 +80,7 @@ def launch(worker: str, config: dict, *, nodes: int, emulate: "ClusterInfo | Non
         with _terminate_raises():
             for r in range(nodes):
                 children.append(_start(r, nodes, spec_path, out, placement, threads))
-            _watch(children, timeout_s, progress if progress is not None else sys.stderr)
+            _watch(children, timeout_s, progress if progress is not None else Relay())
     finally:
         _kill_all(children)
     return [_read_result(out / f"rank{r}.json", r) for r in range(nodes)]
@@ -122,7 +125,8 @@ class _Child:
 
 def _start(rank: int, world: int, spec_path: Path, out: Path, placement: Placement,
            threads: int) -> _Child:
-    env = {**os.environ, **placement.env(rank, world, threads)}
+    # Rank 0 reports progress as relay lines, which ``_relay`` hands to the caller's stream.
+    env = {**os.environ, **placement.env(rank, world, threads), RELAY_ENV: "1"}
     argv = placement.argv(rank, [sys.executable, "-m", WORKER_MODULE, str(spec_path)])
     log = out / f"rank{rank}.log"
     fh = open(log, "wb")

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from commsim.calibrate import compute as K
 from commsim.calibrate import fit as F
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left, median_text
 from commsim.calibrate.phases.keys import ComputeKey
 from commsim.errors import RunFailed
 
@@ -33,10 +33,24 @@ class Alone(Phase):
     def key(self, record: dict) -> ComputeKey | None:
         return ComputeKey.of(record, "alone", "data")
 
-    def plan(self, ctx: RankContext) -> Iterator[ComputeKey]:
-        spec = K.ComputeSpec(model=ctx.config["model"], input_shape=ctx.input_shape,
+    @staticmethod
+    def _spec(ctx: RankContext) -> K.ComputeSpec:
+        return K.ComputeSpec(model=ctx.config["model"], input_shape=ctx.input_shape,
                              batch_sizes=tuple(ctx.config["batch_sizes"]),
                              **ctx.config.get("compute", {}))
+
+    def expected(self, ctx: RankContext) -> int:
+        # Until the warm-ups have planned the rounds, each size at its usual repetitions.
+        spec = self._spec(ctx)
+        data = left(ctx, [ComputeKey("data", b) for b in spec.batch_sizes]) \
+            if ctx.input_shape == K.CIFAR_SHAPE else 0
+        if self.sweep is not None:
+            return left(ctx, [ComputeKey("alone", b, r) for b, r in self.sweep.slots]) + data
+        todo = [b for b in spec.batch_sizes if ComputeKey("alone", b) not in ctx.taken]
+        return len(todo) * spec.reps + data
+
+    def plan(self, ctx: RankContext) -> Iterator[ComputeKey]:
+        spec = self._spec(ctx)
         todo = [b for b in spec.batch_sizes if ComputeKey("alone", b) not in ctx.taken]
         if not todo or not (ctx.rank == 0 or ctx.colocated == 1):
             return
@@ -54,9 +68,10 @@ class Alone(Phase):
         return {"kind": "compute", "mode": "alone", "threads": ctx.threads,
                 **self.sweep.measure(key.batch_size, key.round)}
 
-    def progress(self, record: dict) -> str | None:
-        if record["mode"] != "alone":
-            return None
+    def progress(self, record: dict) -> str:
+        if record["mode"] == "data":
+            return (f"data loading    batch {record['batch_size']:4d}: "
+                    f"{median_text(record['data_s'])}")
         total = record["forward_s"][0] + record["backward_s"][0] + record["optimizer_s"][0]
         return (f"compute alone   batch {record['batch_size']:4d} (round {record['round'] + 1}, "
                 f"{record['of']} for this size): {total:.3f} s")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 class Phase(ABC):
     """One measurement phase: subclasses set the class attributes and implement the abstract
-    methods; ``progress``, ``close`` and ``from_samples`` have defaults."""
+    methods; ``expected``, ``progress``, ``close`` and ``from_samples`` have defaults."""
     # The name of its records in ``Profile.samples``.
     samples: str = ""
     # Only some ranks measure (rank 0, while co-located ranks would share its cores): the loop
@@ -48,6 +48,12 @@ class Phase(ABC):
         """Measure ``key`` on every rank that planned it; its record (rank 0's is kept), whose
         ``key(record)`` is ``key``."""
 
+    def expected(self, ctx: "RankContext") -> int:
+        """How many keys this rank has still to measure (planned, not in ``ctx.taken``), as far
+        as is known now: exact where the plan is fixed, an estimate for a lazy sweep, refined as
+        it runs.  Only the progress display's total uses it: a wrong guess is a jump there."""
+        return 0
+
     def progress(self, record: dict) -> str | None:
         """The progress line for a record just measured (None: none)."""
         return None
@@ -64,6 +70,11 @@ class Phase(ABC):
     def from_samples(self, samples: dict) -> list[dict]:
         """This phase's records back from a profile's samples (``refit_profile``)."""
         return list(samples.get(self.samples) or [])
+
+
+def left(ctx: "RankContext", keys: Iterable[Key]) -> int:
+    """How many of ``keys`` are still to measure (``Phase.expected``)."""
+    return sum(key not in ctx.taken for key in keys)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Iterator
 
 from commsim.calibrate import collectives as C
 from commsim.calibrate import fit as F
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left, median_text
 from commsim.calibrate.phases.keys import CollectiveKey
 from commsim.errors import RunFailed
 
@@ -29,13 +29,21 @@ class Collectives(Phase):
     def key(self, record: dict) -> CollectiveKey | None:
         return CollectiveKey.of(record)
 
+    def expected(self, ctx: RankContext) -> int:
+        # Every size of every op: a sweep stops early at sizes too slow to time.
+        sizes = collective_spec(ctx).sizes_bytes
+        return left(ctx, [CollectiveKey(op, n) for op in self._ops(ctx)
+                          for n in ((0,) if op == "barrier" else sizes)])
+
+    @staticmethod
+    def _ops(ctx: RankContext) -> list[str]:
+        return [op for op in C.OPS if not (op == "send_recv" and ctx.world_size < 2)]
+
     def plan(self, ctx: RankContext) -> Iterator[CollectiveKey]:
         import torch.distributed as dist
 
         spec = collective_spec(ctx)
-        for op in C.OPS:
-            if op == "send_recv" and ctx.world_size < 2:
-                continue
+        for op in self._ops(ctx):
             for n in C.sweep_sizes(op, spec, lambda n, op=op: ctx.taken[CollectiveKey(op, n)]):
                 yield CollectiveKey(op, n)
             # Between ops, every rank checks in: a rank that is gone is named here.

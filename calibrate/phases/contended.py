@@ -14,7 +14,7 @@ from typing import Any
 from commsim.calibrate import compute as K
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch.heartbeat import Beat
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, left, ProfileParts, RankContext, median_text
 from commsim.calibrate.phases.keys import ComputeKey
 
 # Repetitions per rank (pooled over ranks).  3, not 2: at 4 ranks on 2 cores two repetitions left
@@ -35,9 +35,15 @@ class Contended(Phase):
     def key(self, record: dict) -> ComputeKey | None:
         return ComputeKey.of(record, self.mode)
 
+    def expected(self, ctx: RankContext) -> int:
+        return left(ctx, self._keys(ctx)) if ctx.colocated > 1 else 0
+
+    def _keys(self, ctx: RankContext) -> list[ComputeKey]:
+        return [ComputeKey(self.mode, b) for b in tuple(ctx.config["batch_sizes"])[::2]]
+
     def plan(self, ctx: RankContext) -> list[ComputeKey]:
         self.sizes = tuple(ctx.config["batch_sizes"])[::2]
-        return [ComputeKey(self.mode, b) for b in self.sizes] if ctx.colocated > 1 else []
+        return self._keys(ctx) if ctx.colocated > 1 else []
 
     def measure(self, ctx: RankContext, key: ComputeKey) -> dict:
         return self.all_ranks(ctx, key, ranks=ctx.colocated)

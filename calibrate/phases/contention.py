@@ -9,7 +9,7 @@ from __future__ import annotations
 from commsim.calibrate import collectives as C
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch.settings import cpu_cores
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left, median_text
 from commsim.calibrate.phases.collectives import collective_spec
 from commsim.calibrate.phases.keys import ContentionKey
 
@@ -19,6 +19,9 @@ class Contention(Phase):
 
     def key(self, record: dict) -> ContentionKey | None:
         return ContentionKey.of(record)
+
+    def expected(self, ctx: RankContext) -> int:
+        return left(ctx, [ContentionKey(k) for k in C.CONTENTION_BURNS]) if ctx.world_size > 1 else 0
 
     def plan(self, ctx: RankContext) -> list[ContentionKey]:
         return [ContentionKey(k) for k in C.CONTENTION_BURNS] if ctx.world_size > 1 else []

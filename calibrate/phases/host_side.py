@@ -17,12 +17,13 @@ from dataclasses import replace
 from typing import Iterator
 
 from commsim.calibrate import collectives as C
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, left, ProfileParts, RankContext, median_text
 from commsim.calibrate.phases.keys import HostSideKey
 from commsim.closed_form import FORMS
 
 OPS = ("all_reduce", "gather", "scatter")
 SIZES_BYTES = (4 << 20, 16 << 20)
+KEYS = tuple(HostSideKey(op, n) for op in OPS for n in SIZES_BYTES)
 
 
 class HostSide(Phase):
@@ -31,17 +32,24 @@ class HostSide(Phase):
     def key(self, record: dict) -> HostSideKey | None:
         return HostSideKey.of(record)
 
+    @staticmethod
+    def _runs(ctx: RankContext) -> bool:
+        return (ctx.config.get("cluster") is not None and ctx.world_size > 1
+                and not ctx.config.get("quick"))
+
+    def expected(self, ctx: RankContext) -> int:
+        return left(ctx, KEYS) if self._runs(ctx) else 0
+
     def plan(self, ctx: RankContext) -> Iterator[HostSideKey]:
         import torch.distributed as dist
 
-        info = ctx.config.get("cluster")
-        if info is None or ctx.world_size < 2 or ctx.config.get("quick"):
+        if not self._runs(ctx):
             return
+        info = ctx.config["cluster"]
         from commsim.calibrate import cluster
 
-        keys = [HostSideKey(op, n) for op in OPS for n in SIZES_BYTES]
-        if all(k in ctx.taken for k in keys):   # a resumed run had them all
-            yield from keys
+        if all(k in ctx.taken for k in KEYS):   # a resumed run had them all
+            yield from KEYS
             return
         dist.barrier()
         # Rank 0 takes the shaping off every link (root, from inside its node: ``tc -n``);
@@ -52,7 +60,7 @@ class HostSide(Phase):
             if unshaped is not None:
                 unshaped.__enter__()
             dist.barrier()
-            yield from keys
+            yield from KEYS
             dist.barrier()
         finally:
             if unshaped is not None:

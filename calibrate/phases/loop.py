@@ -6,7 +6,8 @@ run (``--resume``); then, for each phase of ``PHASES`` in order:
    measure wait for rank 0 as long as it takes, and still notice a dead peer within the
    collective timeout;
 2. each key the phase plans is measured unless a record of it was resumed; rank 0 appends the
-   record to the samples log at once (fsynced: a killed run keeps it) and prints its progress;
+   record to the samples log at once (fsynced: a killed run keeps it) and reports its progress
+   (done of done + every phase's ``expected``);
 3. the phase releases what it held; the model is freed after the last phase that times it.
 Rank 0 returns every record, resumed and new, for the profile (``assemble``).
 """
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
-import time
 from datetime import timedelta
 from typing import Any, Iterator
 
@@ -26,19 +25,34 @@ from commsim.calibrate.models import build_model
 from commsim.calibrate.phases import PHASES
 from commsim.calibrate.phases.base import Phase, RankContext
 from commsim.calibrate.samples import SampleLog
+from commsim.progress import rank_progress
 
 
-class Progress:
-    """Progress lines on stderr, with the time since the run started (rank 0 only)."""
+class PhaseProgress:
+    """Rank 0's progress: keys measured so far, of those measured plus every phase's still
+    expected (``Phase.expected``; resumed records are not work and count in neither), reported
+    through ``commsim.progress.rank_progress`` (the launcher's display, or the rank's own)."""
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.start = time.monotonic()
+    def __init__(self, enabled: bool, phases: list[Phase], ctx: RankContext):
+        self.out = rank_progress("calibrate", enabled)
+        self.enabled, self.phases, self.ctx = enabled, phases, ctx
+        self.done = 0
 
-    def __call__(self, text: str) -> None:
+    def start(self) -> None:
+        self._update(0, f"{len(self.phases)} phases")
+
+    def measured(self, index: int, phase: Phase, record: dict) -> None:
+        self.done += 1
+        self._update(index, phase.progress(record) or f"{type(phase).__name__.lower()}: "
+                                                    f"{phase.key(record)}")
+
+    def _update(self, index: int, text: str) -> None:
         if self.enabled:
-            print(f"[calibrate {time.monotonic() - self.start:6.1f}s] {text}", file=sys.stderr,
-                  flush=True)
+            left = sum(phase.expected(self.ctx) for phase in self.phases[index:])
+            self.out.update(self.done, self.done + left, text)
+
+    def close(self) -> None:
+        self.out.close()
 
 
 def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
@@ -46,7 +60,6 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     import torch.distributed as dist
 
     log = SampleLog(config["samples_path"]) if rank == 0 else None
-    say = Progress(rank == 0)
     holder = [config.get("done", []) if rank == 0 else None]
     dist.broadcast_object_list(holder, src=0)
     resumed: list[dict] = holder[0]
@@ -63,6 +76,8 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
     ctx.taken = {key: r for r in resumed for phase in phases
                  if (key := phase.key(r)) is not None}
     records = list(resumed) if rank == 0 else []
+    shown = PhaseProgress(rank == 0, phases, ctx)
+    shown.start()
     for i, phase in enumerate(phases):
         with ctx.heartbeat() if phase.solo else contextlib.nullcontext():
             try:
@@ -70,13 +85,12 @@ def calibrate_rank(rank: int, world_size: int, config: dict) -> dict:
                     if log is not None:
                         log.append(record)
                         records.append(record)
-                        line = phase.progress(record)
-                        if line:
-                            say(line)
+                        shown.measured(i, phase, record)
             finally:
                 phase.close()
         if not any(later.uses_model for later in phases[i + 1:]):
             ctx.bench = None  # the model and its activations: freed before the collectives
+    shown.close()
     if rank != 0:
         return {"rank": rank}
     return {"rank": 0, "records": records, "ranks_per_host": ctx.colocated, "hosts": hosts,

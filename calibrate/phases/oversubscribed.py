@@ -13,7 +13,7 @@ from typing import Any
 from commsim.calibrate import corunner
 from commsim.calibrate.launch.settings import cpu_cores
 from commsim.calibrate.phases.contended import Contended
-from commsim.calibrate.phases.base import RankContext
+from commsim.calibrate.phases.base import RankContext, left
 from commsim.calibrate.phases.keys import ComputeKey
 
 OVERSUBSCRIBE = 2.0
@@ -31,17 +31,25 @@ class Oversubscribed(Contended):
         self.busy = 0      # busy threads on rank 0's host while it measures
         self.runners: list[corunner.CoRunner] = []
 
+    def expected(self, ctx: RankContext) -> int:
+        # Rank 0's own co-runners stand for every rank's (plan asks them all).
+        return left(ctx, self._keys(ctx)) if self._helpers(ctx) else 0
+
+    @staticmethod
+    def _helpers(ctx: RankContext) -> int:
+        return corunner.helpers_per_rank(
+            ctx.local_index, ctx.colocated, cpu_cores(), ctx.threads,
+            float(ctx.config.get("oversubscribe", OVERSUBSCRIBE)), MAX_CORUNNERS)
+
     def plan(self, ctx: RankContext) -> list[ComputeKey]:
         import torch.distributed as dist
 
-        self.helpers = corunner.helpers_per_rank(
-            ctx.local_index, ctx.colocated, cpu_cores(), ctx.threads,
-            float(ctx.config.get("oversubscribe", OVERSUBSCRIBE)), MAX_CORUNNERS)
+        self.helpers = self._helpers(ctx)
         every: list[Any] = [None] * ctx.world_size
         dist.all_gather_object(every, self.helpers)
         self.busy = sum(1 + n for n, h in zip(every, ctx.hosts) if h == ctx.hosts[0]) * ctx.threads
         self.sizes = tuple(ctx.config["batch_sizes"])[::2]
-        return [ComputeKey(self.mode, b) for b in self.sizes] if any(every) else []
+        return self._keys(ctx) if any(every) else []
 
     def measure(self, ctx: RankContext, key: ComputeKey) -> dict:
         # A co-runner's first iteration at a new size may take longer than a collective's

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from commsim.calibrate import compute as K
 from commsim.calibrate import fit as F
-from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left
 from commsim.calibrate.phases.keys import ReductionKey
 
 
@@ -19,11 +19,17 @@ class Reduction(Phase):
     def key(self, record: dict) -> ReductionKey | None:
         return ReductionKey.of(record)
 
+    def expected(self, ctx: RankContext) -> int:
+        return left(ctx, [ReductionKey()]) if ctx.rank == 0 else 0
+
     def plan(self, ctx: RankContext) -> list[ReductionKey]:
         return [ReductionKey()] if ctx.rank == 0 else []
 
     def measure(self, ctx: RankContext, key: ReductionKey) -> dict:
         return {"kind": "reduction", **K.measure_reduction(world=ctx.world_size)}
+
+    def progress(self, record: dict) -> str:
+        return f"local reduction over {len(record['sizes_bytes'])} sizes"
 
     def add_to_profile(self, records: list[dict], parts: ProfileParts) -> None:
         """γ and its interval (0 without a measurement); the record, for the gather's mean."""

@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt, VerboseOpt, quiet_torch
+from commsim.cli.cluster import (ClusterPrefixOpt, CollectiveTimeoutOpt, QuietOpt, VerboseOpt,
+                                 quiet_torch)
 from commsim.errors import UserError
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_MODEL
@@ -60,6 +61,7 @@ def register(app: typer.Typer) -> None:
         collective_timeout: float = CollectiveTimeoutOpt,
         cluster_prefix: str = ClusterPrefixOpt,
         verbose: bool = VerboseOpt,
+        quiet: bool = QuietOpt,
         from_trace: Optional[List[Path]] = typer.Option(
             None, "--from-trace", dir_okay=False, readable=False, metavar="TRACE",
             help="Build the profile from a PyTorch profiler trace of your own training "
@@ -95,7 +97,10 @@ def register(app: typer.Typer) -> None:
             timeout_s=timeout, collective_timeout_s=collective_timeout,
             oversubscribe=oversubscribe, cluster_prefix=cluster_prefix,
             compute_reps=compute_reps)
-        profile = run(opts, progress=sys.stderr)
+        from commsim.progress import Progress, Relay
+
+        with Relay(Progress("calibrate", plain=True if quiet else None)) as shown:
+            profile = run(opts, progress=shown)
         if profile is None:  # a torchrun rank other than 0
             return
         typer.echo(format_nccl_table(profile.samples["nccl_table"]))

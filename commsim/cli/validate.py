@@ -1,7 +1,6 @@
 """commsim validate: live runs against predictions over a grid, with the error."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -52,7 +51,12 @@ def validate(
     timeout: float = typer.Option(900.0, "--timeout", min=1.0, max=TIMEOUT_S.hi,
                                  help="Seconds per live run."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Write the JSON here."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out (and --trace's files)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", file_okay=False, help="Record every "
+                                         "cell's last live iteration and write, per cell, one "
+                                         "Chrome trace with the predicted and the measured "
+                                         "tracks of every rank side by side into this folder "
+                                         "(and the timelines into --out, for commsim report)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     verbose: bool = VerboseOpt,
     quiet: bool = QuietOpt,
@@ -64,7 +68,7 @@ def validate(
     from commsim.analysis.validate import (ValidationGrid, rows_table, table_columns,
                                           validate as run)
     from commsim.errors import UserError
-    from commsim.files import atomic_write_text, check_output
+    from commsim.files import check_output, write_files
     from commsim.profile import load
     from commsim.strategies import get_strategy
     from commsim.table import text_table
@@ -86,30 +90,36 @@ def validate(
     asked_Bps = None if what_if_rate is None else parse_rate_Bps(what_if_rate)
     if out is not None:
         check_output(out, force=force)  # before an hour of live runs, not after
+    if trace is not None:
+        check_output(trace, folder=True)
     sc = o.scenario(global_batch=global_batch, batch_per_rank=batch_per_rank, bucket_mb=bucket_mb,
                     bandwidth=None, latency=None, ranks_per_host=1, cores_per_host=None,
                     shared_cpu_cores=None, straggler=None, slow_link=None, no_overlap=False)
 
     cells = max(1, len(rates)) * len(names) * len(node_list)
-    bar = Progress("validate", cells, plain=quiet)
+    plain = True if quiet else None
+    bar = Progress("validate", cells, plain=plain)
 
     if profile is not None:
         prof = load(profile)
     else:
         from commsim.calibrate.runner import CalibrateOptions, run as calibrate
+        from commsim.progress import Relay
         tmp = Path(tempfile.mkdtemp(prefix="commsim-validate-")) / "profile.json"
         kw = {"model": model} if model else {}
-        bar.say(f"calibrating on {calibrate_nodes or max(node_list)} ranks")
-        prof = calibrate(CalibrateOptions(out=tmp, nodes=calibrate_nodes or max(node_list),
-                                          emulate_Bps=rates[0] if rates else None, quick=quick,
-                                          **kw), progress=sys.stderr)
+        # The calibration's own display, closed before the cells' starts (one live display).
+        with Relay(Progress("calibrate", plain=plain)) as shown:
+            shown.progress.say(f"calibrating on {calibrate_nodes or max(node_list)} ranks")
+            prof = calibrate(CalibrateOptions(out=tmp, nodes=calibrate_nodes or max(node_list),
+                                              emulate_Bps=rates[0] if rates else None,
+                                              quick=quick, **kw), progress=shown)
     factory = model or (prof.model_name if ":" in prof.model_name else None)
     data_dir, factory = data_and_model(data, factory or DEFAULT_MODEL)
     grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
                           iterations=iterations, global_batch=sc.global_batch or DEFAULT_GLOBAL_BATCH,
                           batch_per_rank=sc.batch_per_rank, bucket_mb=bucket_mb, model=factory,
                           data_dir=data_dir, timeout_s=timeout,
-                          what_if_rate_Bps=asked_Bps)
+                          what_if_rate_Bps=asked_Bps, trace=trace is not None)
 
     def cluster_for_rate(rate, n):
         from commsim.calibrate import cluster
@@ -118,8 +128,14 @@ def validate(
     with bar:
         report = run(grid, prof, tolerance_pct=tolerance, cluster_for_rate=cluster_for_rate,
                      progress=bar.step)
-    if out is not None:
-        atomic_write_text(out, o.dumps(report.to_dict()) + "\n", force=force)
+    files = {} if out is None else {out: (o.dumps(report.to_dict()) + "\n").encode("utf-8")}
+    if trace is not None:
+        from commsim.analysis.measured import merged_json
+
+        for cell in report.timelines:
+            files[trace / f"{cell.stem}.json"] = merged_json(cell.predicted,
+                                                             cell.measured).encode("utf-8")
+    write_files(files, force=force)
     if json_out:
         typer.echo(o.dumps(report.to_dict()))
     else:
