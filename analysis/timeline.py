@@ -57,9 +57,16 @@ def segments(result: Result) -> list[Segment]:
     """Every rank's compute, communication and idle segments, sorted by rank then time."""
     if not result.intervals:
         raise ValueError("the result has no intervals: predict it with timeline=True")
+    return interval_segments(result.intervals, result.world_size, result.iteration_s)
+
+
+def interval_segments(intervals: Sequence, world_size: int,
+                      iteration_s: float) -> list[Segment]:
+    """``segments`` of any intervals (``commsim.sim.engine.Interval``: simulated or measured)
+    of ranks 0..world_size-1 over [0, iteration_s]."""
     out: list[Segment] = []
-    for rank in range(result.world_size):
-        mine = [iv for iv in result.intervals if iv.owner == rank and iv.track in (COMPUTE, COMM)]
+    for rank in range(world_size):
+        mine = [iv for iv in intervals if iv.owner == rank and iv.track in (COMPUTE, COMM)]
         comms = [iv for iv in mine if iv.track == COMM]
         lanes = assign_lanes([(iv.start, iv.end) for iv in comms])
         for iv in mine:
@@ -70,7 +77,7 @@ def segments(result: Result) -> list[Segment]:
             out.append(Segment(rank, COMM, iv.name, iv.start, iv.end, lane=lane,
                                bucket=_index(iv.name), bytes=iv.args.get("bytes")))
         t = 0.0
-        for s, e in union([(iv.start, iv.end) for iv in mine]) + [(result.iteration_s,) * 2]:
+        for s, e in union([(iv.start, iv.end) for iv in mine]) + [(iteration_s,) * 2]:
             if s > t:
                 out.append(Segment(rank, IDLE, IDLE, t, s))
             t = max(t, e)
@@ -86,9 +93,12 @@ def timeline_rows(runs: Runs, strategies: Sequence[str], nodes: int) -> list[dic
         if not runs.fits(strategy, n):
             continue
         r = runs.get(strategy, n, timeline=True)
-        for g in segments(r):
-            rows.append({"strategy": strategy, "nodes": n, "iteration_s": r.iteration_s,
-                         "rank": g.rank, "kind": g.kind, "name": g.name, "lane": g.lane,
-                         "bucket": g.bucket, "bytes": g.bytes, "start_s": g.start_s,
-                         "end_s": g.end_s})
+        rows += segment_rows(segments(r), strategy=strategy, nodes=n, iteration_s=r.iteration_s)
     return rows
+
+
+def segment_rows(segs: Sequence[Segment], **common) -> list[dict]:
+    """Segments as flat rows (the report's tables and Gantt pages), each with ``common``."""
+    return [{**common, "rank": g.rank, "kind": g.kind, "name": g.name, "lane": g.lane,
+             "bucket": g.bucket, "bytes": g.bytes, "start_s": g.start_s, "end_s": g.end_s}
+            for g in segs]
