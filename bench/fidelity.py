@@ -200,7 +200,10 @@ def measured_from_rows(data: dict) -> dict:
     passes = {(r["strategy"], r["nodes"], r["rate_Bps"]): r["pass_iteration_s"]
               for r in data.get("noise_floor", {}).get("rows", [])}
     out = {}
-    for row in data["main"]["rows"] + data.get("whatifs", {}).get("rows", []):
+    # The third rate's cells were calibrated at no rate: only the cross-rate rows hold them.
+    third = [r for r in data.get("cross_rate", {}).get("rows", [])
+             if r["rate_Bps"] == data.get("third_rate_Bps")]
+    for row in data["main"]["rows"] + data.get("whatifs", {}).get("rows", []) + third:
         key = (row["strategy"], row["nodes"], row["rate_Bps"], row.get("variant", ""))
         rec = {"strategy": row["strategy"], "nodes": row["nodes"],
                "batch_per_rank": row["batch_per_rank"], "iteration_s": row["measured_s"],

@@ -99,13 +99,36 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         wire_factor=wire_factors(profile, c.nic_bandwidth_Bps),
         input_shape=tuple(profile.input_shape),
         output_width=profile.params[-1].numel,   # the classifier's bias: one per class
-        contention=contention_points(profile.network),
+        contention=contention_points(profile.network,
+                                     contention_link_scale(profile, c.nic_bandwidth_Bps)),
     )
 
 
-def contention_points(net) -> tuple:
-    """(load, bandwidth_Bps, compute_speed) per measured contention point of a NetworkFit, plus
-    a knee at load 1 when the first loaded point lies beyond it.
+def contention_link_scale(profile: Profile, link_Bps: float) -> float:
+    """How much faster than calibrated the contended all-reduce can go on a ``link_Bps`` link:
+    what the all-reduce reaches there (the link over its ``wire_factors``, so at most the
+    hosts' rate where calibration measured it) over what it reached at the calibrated link,
+    and never below 1.
+
+    Why: the contention curve is measured at the calibrated link, as bandwidths.  Where that
+    link was the limit (100 Mbit/s), a loaded CPU barely showed, and taken as absolute caps
+    the points held a 1 Gbit/s what-if's DDP buckets at 100 Mbit/s (+37 to +78 % over the
+    measured iteration).  The points are fractions of what the all-reduce reached (``fit.
+    fit_contention``): on a faster link they scale with what it reaches there, up to the
+    hosts' rate, where CPU load is what limits.  On a slower link they stay as measured:
+    the link is the limit there, and a loaded CPU that fed the faster link feeds it too."""
+    calibrated = profile.network.bandwidth_Bps
+    if link_Bps == calibrated or "all_reduce" not in profile.collectives:
+        return 1.0
+    reached = link_Bps / wire_factors(profile, link_Bps).get("all_reduce", 1.0)
+    reached_calibrated = calibrated / wire_factors(profile).get("all_reduce", 1.0)
+    return max(1.0, reached / reached_calibrated)
+
+
+def contention_points(net, link_scale: float = 1.0) -> tuple:
+    """(load, bandwidth_Bps, compute_speed) per measured contention point of a NetworkFit, its
+    bandwidths times ``link_scale`` (``contention_link_scale``), plus a knee at load 1 when the
+    first loaded point lies beyond it.
 
     Why the knee: compute loses its speed to a collective as soon as compute threads fill the
     cores (load 1), not in proportion to the load: the collective's threads, waking from
@@ -116,7 +139,9 @@ def contention_points(net) -> tuple:
     the measured points (live DDP buckets at 2 ranks on 2 cores ran at 65-108 MB/s of a 117
     MB/s link while backward ran)."""
     speeds = net.contention_compute_speed or (1.0,) * len(net.contention_load)
-    points = tuple(zip(net.contention_load, net.contention_bandwidth_Bps, speeds))
+    bandwidths = (net.contention_bandwidth_Bps if link_scale == 1.0 else
+                  tuple(bw * link_scale for bw in net.contention_bandwidth_Bps))
+    points = tuple(zip(net.contention_load, bandwidths, speeds))
     if len(points) >= 2 and points[0][0] == 0.0 and points[1][0] > 1.0:
         (x0, bw0, _), (x1, bw1, speed1) = points[0], points[1]
         knee = (1.0, bw0 + (bw1 - bw0) * (1.0 - x0) / (x1 - x0), speed1)

@@ -144,3 +144,34 @@ def test_compute_loses_its_speed_once_compute_fills_the_cores():
     at_one = dataclasses.replace(net, contention_load=(0.0, 1.0, 2.0))
     assert contention_points(at_one) == tuple(zip((0.0, 1.0, 2.0), (1e8, 4e7, 2e7),
                                                   (1.0, 0.7, 0.6)))
+
+
+def test_a_faster_link_raises_the_contention_caps_up_to_the_hosts_rate_a_slower_keeps_them():
+    """The contention points are bandwidths measured at the calibrated link: on a faster
+    what-if link they scale with what the all-reduce reaches there (the link, up to the hosts'
+    rate); on the calibrated or a slower link they are what was measured."""
+    from commsim.api import run_spec
+    from commsim.costs import contention_link_scale, cost_inputs
+
+    link = 1e6
+    prof = with_points(TOY, (0.0, 2.0), (link, 0.5 * link), (1.0, 0.7))
+    hosted = dataclasses.replace(prof, collectives={**prof.collectives, "all_reduce":
+                                 dataclasses.replace(prof.collectives["all_reduce"],
+                                                     host_bandwidth_Bps=4 * link)})
+
+    def caps(profile, rate):
+        spec = run_spec(profile, "ddp", 2, Scenario(global_batch=64, bandwidth_Bps=rate))
+        return [bw for _, bw, _ in cost_inputs(spec, profile).contention]
+
+    assert contention_link_scale(hosted, link) == 1.0
+    assert caps(hosted, link) == [link, 0.75 * link, 0.5 * link]        # the knee at load 1
+    assert caps(hosted, link / 10) == caps(hosted, link)                 # slower: as measured
+    assert caps(hosted, 10 * link) == pytest.approx([4 * link, 3 * link, 2 * link])  # hosts' rate
+    assert caps(prof, 10 * link) == pytest.approx([10 * link, 7.5 * link, 5 * link])  # no host rate
+    # What the simulator does with it: a 1 Gbit/s-style what-if's DDP is no longer held at the
+    # calibrated link's rate by the caps.
+    sc = Scenario(global_batch=64, bandwidth_Bps=10 * link)
+    capped = with_points(TOY, (0.0, 2.0), (link, link), (1.0, 0.7))
+    assert predict(capped, "ddp", 2, sc).iteration_s == pytest.approx(
+        predict(with_points(TOY, (0.0, 2.0), (10 * link, 10 * link), (1.0, 0.7)), "ddp", 2,
+                dataclasses.replace(sc, bandwidth_Bps=10 * link)).iteration_s)
