@@ -27,9 +27,13 @@ def aggregate(per_rank: list[dict], cfg: "LiveConfig") -> dict:
     iteration_s x ``iterations_per_epoch`` (the training set over the global batch, rounded
     up).  ``loss`` is the per-iteration mean of the ranks' local losses (equal shard sizes, so
     it is the global-batch loss); it has ``iterations + k`` entries, the first k from the
-    discarded warm-up cycle.
+    discarded warm-up cycle.  ``timeline`` (traced runs only): every rank's recorded cycle
+    (``timing.Recorder.to_dict``), by rank.
     """
     per_rank = sorted(per_rank, key=lambda r: r["rank"])
+    # Traced runs: the ranks' timelines of one cycle go to one list beside the figures.
+    timelines = [r["timeline"] for r in per_rank if "timeline" in r]
+    per_rank = [{k: v for k, v in r.items() if k != "timeline"} for r in per_rank]
     nodes = len(per_rank)
     rank_max, rank_mean = {}, {}
     for key in RANK_METRICS:
@@ -65,4 +69,6 @@ def aggregate(per_rank: list[dict], cfg: "LiveConfig") -> dict:
     for note in ("bytes_note", "compute_note"):
         if note in per_rank[0]:
             out[note] = per_rank[0][note]
+    if timelines:
+        out["timeline"] = timelines
     return out

@@ -32,6 +32,8 @@ class LiveConfig:
     (``commsim.spec.RunSpec``), refused where the simulator refuses them; ``lr_scaling``
     "linear" with ``warmup_iters`` is the large-batch schedule (``LrSchedule``); ``synthetic``
     is "random" (timing) or "learnable" (accuracy) when there is no ``data_dir``.
+    ``trace_cycle``: record this timed cycle's timeline on every rank (``timing``; 0 is the
+    first timed cycle, -1 the last; None records nothing), for ``commsim live --trace``.
     """
     strategy: str = "ring"
     global_batch: int = DEFAULT_GLOBAL_BATCH
@@ -60,6 +62,7 @@ class LiveConfig:
     lr_scaling: str | None = None
     warmup_iters: int = 0
     synthetic: str = "random"
+    trace_cycle: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +112,10 @@ class LiveConfig:
         if self.iterations % self.sync_every:
             raise UserError(f"--iterations: {self.iterations} is not a whole number of "
                             f"--sync-every {self.sync_every} cycles")
+        cycles = self.iterations // self.sync_every
+        if self.trace_cycle is not None and not -cycles <= self.trace_cycle < cycles:
+            raise UserError(f"trace_cycle: {self.trace_cycle} is not one of the {cycles} timed "
+                            f"cycles (0 to {cycles - 1}, or -1 for the last)")
 
     def check_what_ifs(self, world_size: int) -> None:
         """Refuse, in the simulator's words, what the simulator refuses: a live run measures

@@ -5,6 +5,7 @@ How it averages is its strategy's ``live_sync`` (``commsim.strategies``), which 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,20 @@ import torch.distributed as dist
 @dataclass(frozen=True)
 class Comm:
     """Whom a rank averages its gradients with: ``group`` (None: every rank, the default
-    process group) of ``size`` ranks; ``rank`` is the rank's global rank."""
+    process group) of ``size`` ranks; ``rank`` is the rank's global rank.  ``recorder``
+    (``timing.Recorder``), on the cycle ``commsim live --trace`` records, takes the time of
+    every collective ``live_sync`` brackets with ``span``."""
     rank: int
     size: int
     group: Any = None
+    recorder: Any = None
+
+    def span(self, name: str, nbytes: int):
+        """Context manager around one collective: recorded on the "comm" track when tracing,
+        nothing otherwise."""
+        if self.recorder is None:
+            return contextlib.nullcontext()
+        return self.recorder.span("comm", name, bytes=nbytes)
 
 
 def averaging_group(group_size: int | None, rank: int, world_size: int) -> Comm:

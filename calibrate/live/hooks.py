@@ -22,9 +22,12 @@ class BucketTimer:
         self.hook = hook
         self.group = group
         self.intervals: list[tuple[float, float]] = []
+        # (bucket index, bytes, launch, completion), for the cycle ``commsim live --trace`` draws
+        self.buckets: list[tuple[int, int, float, float]] = []
 
     def take(self) -> list[tuple[float, float]]:
-        out, self.intervals = self.intervals, []
+        """The cycle's (launch, completion) pairs; forgets them and the cycle's buckets."""
+        out, self.intervals, self.buckets = self.intervals, [], []
         return out
 
 
@@ -41,11 +44,15 @@ def timed_hook(state: BucketTimer, bucket):  # no annotation: DDP checks it lite
     # The start is before the hook's divide (and fp16 cast): the simulator counts both as
     # communication time.
     start = time.perf_counter()
+    index, buffer = bucket.index(), bucket.buffer()
+    nbytes = buffer.numel() * buffer.element_size()   # before any fp16 cast, as predict counts
     fut = state.hook(state.group, bucket)
 
     def done(f):
         # Runs when Gloo completes the work (and the cast back): the end of the time in flight.
-        state.intervals.append((start, time.perf_counter()))
+        end = time.perf_counter()
+        state.intervals.append((start, end))
+        state.buckets.append((index, nbytes, start, end))
         return f.value()
 
     return fut.then(done)

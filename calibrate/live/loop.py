@@ -42,7 +42,7 @@ def sync_none(model: nn.Module, comm: Comm) -> None:
 
 
 def train_cycle(model, optimizer, criterion, batches_k, sync, comm: Comm, lr: float,
-                no_sync: Callable = contextlib.nullcontext) -> dict:
+                no_sync: Callable = contextlib.nullcontext, recorder=None) -> dict:
     """One timed cycle of k = ``len(batches_k)`` iterations (local gradient aggregation).
 
     1. zero the gradients and set the optimizer's learning rate to ``lr``;
@@ -53,7 +53,9 @@ def train_cycle(model, optimizer, criterion, batches_k, sync, comm: Comm, lr: fl
     Each pass's loss is divided by k, so the step applies the mean gradient of the k batches
     (one step on a k-times larger batch; k = 1 is the plain step, bit for bit).  Returns the
     phase times per iteration (the cycle's / k, the simulator's convention) and the k
-    undivided losses.
+    undivided losses.  With a ``recorder`` (``timing.Recorder``: the cycle ``commsim live
+    --trace`` draws) every phase is also recorded with its start and end, and the cycle's
+    span; the sync's collectives record themselves (``comm.recorder``, set by the caller).
     """
     k = len(batches_k)
     t0 = time.perf_counter()
@@ -68,14 +70,23 @@ def train_cycle(model, optimizer, criterion, batches_k, sync, comm: Comm, lr: fl
             loss = criterion(model(data), target)
             b = time.perf_counter()
             (loss / k).backward()
+            c = time.perf_counter()
             forward += b - a
-            backward += time.perf_counter() - b
+            backward += c - b
+        if recorder is not None:
+            # The simulator numbers the k-1 passes before the synchronised one (local_step).
+            step = {"local_step": j} if j < k - 1 else {}
+            recorder.add("compute", "forward", a, b, **step)
+            recorder.add("compute", "backward", b, c, **step)
         losses.append(finite(loss.item()))
     t2 = time.perf_counter()
     sync(model, comm)
     t3 = time.perf_counter()
     optimizer.step()
     t4 = time.perf_counter()
+    if recorder is not None:
+        recorder.add("compute", "optimizer", t3, t4)
+        recorder.start_s, recorder.end_s = t0, t4
     return {"forward_s": forward / k, "backward_s": backward / k, "sync_s": (t3 - t2) / k,
             "step_s": (t4 - t3) / k, "iteration_s": (t4 - t0) / k, "losses": losses}
 

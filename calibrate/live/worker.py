@@ -18,6 +18,9 @@ Per rank:
    (strategy), the optimizer step at the schedule's learning rate (``LrSchedule``), all timed
    with ``perf_counter``; the first cycle is discarded (warm-up, as the seed documents do).
    Interface byte counters are read after the first cycle and after the last.
+   With ``trace_cycle``, the ranks first measure their clocks' offsets from rank 0's
+   (``timing.clock_offset``), and that timed cycle records its timeline (``timing.Recorder``):
+   its phases, its collectives or DDP buckets, on rank 0's clock, in the result's "timeline".
 6. ``ddp`` only: compute and communication overlap inside backward, so additionally time
    a cycle of a communication-free copy of the model (all ranks at once, so the CPU contention
    matches) and report exposed sync = iteration − that compute.
@@ -34,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -46,6 +50,7 @@ from commsim.calibrate.live.groups import averaging_group
 from commsim.calibrate.live.hooks import BucketTimer, comm_hook, timed_hook, union_s
 from commsim.calibrate.live.loop import evaluate, new_optimizer, probe_compute, train_cycle
 from commsim.calibrate.live.schedule import lr_schedule
+from commsim.calibrate.live.timing import Recorder, clock_offset
 from commsim.calibrate.live.workload import batches, has_test_set, live_model, load_data
 from commsim.strategies import get_strategy
 
@@ -89,14 +94,23 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
 
     cycles, comm_in_flight, losses = [], [], []
     counters_before = None
-    for i in range(cfg.iterations // k + 1):
+    n_cycles = cfg.iterations // k + 1
+    traced = None if cfg.trace_cycle is None else 1 + cfg.trace_cycle % (n_cycles - 1)
+    clock = clock_offset(rank, world_size) if traced is not None else (0.0, 0.0)
+    timeline = None
+    for i in range(n_cycles):
         if cfg.exit_rank == rank and cfg.exit_iteration == i:
             os._exit(3)  # fault injection (tests): die without any goodbye to the peers
         batches_k = [next(stream) for _ in range(k)]
-        cycle = train_cycle(net, optimizer, criterion, batches_k, strategy.live_sync, comm,
-                            schedule.lr(i), no_sync)
+        recorder = Recorder() if i == traced else None
+        cycle = train_cycle(net, optimizer, criterion, batches_k, strategy.live_sync,
+                            replace(comm, recorder=recorder), schedule.lr(i), no_sync, recorder)
         losses += cycle.pop("losses")
         cycles.append(cycle)
+        if recorder is not None:
+            for index, nbytes, start, end in (timer.buckets if timer is not None else ()):
+                recorder.add("comm", f"bucket {index}", start, end, bytes=nbytes)
+            timeline = recorder.to_dict(rank, i - 1, *clock)
         if timer is not None:
             comm_in_flight.append(union_s(timer.take()) / k)
         if i == 0:
@@ -120,6 +134,8 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         "phases": phase, "loss": losses, "train_samples": len(train_set),
         "lr_schedule": schedule.to_dict(len(cycles)),
     }
+    if timeline is not None:
+        result["timeline"] = timeline
     if strategy.wraps_ddp:
         # Sync runs inside backward, overlapped: compute is measured on a comm-free twin.
         compute = probe_compute(model, batches_k, cfg.compute_probe_iterations, world_size,

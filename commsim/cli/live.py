@@ -68,12 +68,16 @@ def live(
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Also write the JSON "
                                        "here."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out (and --trace)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False, help="Also write "
+                                         "each rank's last timed iteration (cycle with "
+                                         "--sync-every) as a Chrome trace, in commsim trace's "
+                                         "schema; open it in ui.perfetto.dev."),
 ) -> None:
     quiet_torch(verbose)
     from commsim.calibrate import live as lv
     from commsim.errors import UserError
-    from commsim.files import atomic_write_text, check_output
+    from commsim.files import check_output, write_files
     from commsim.strategies import live_strategy_names
 
     if strategy not in live_strategy_names():
@@ -84,8 +88,9 @@ def live(
     if not bucket_mb > 0 or bucket_mb == float("inf"):
         raise UserError(f"--bucket-mb must be positive, got {bucket_mb}")
     data_dir, model = data_and_model(data, model)
-    if out is not None:
-        check_output(out, force=force)
+    for path in (out, trace):
+        if path is not None:
+            check_output(path, force=force)
     cfg = lv.LiveConfig(strategy=strategy, global_batch=global_batch or DEFAULT_GLOBAL_BATCH,
                         batch_per_rank=batch_per_rank, iterations=iterations,
                         bucket_mb=bucket_mb, data_dir=data_dir,
@@ -94,14 +99,22 @@ def live(
                         threads_per_rank=threads or 0, synthetic=synthetic,
                         synthetic_size=synthetic_size, sync_every=sync_every,
                         group_size=group_size, compression=compress, lr_scaling=lr_scaling,
-                        warmup_iters=warmup_iters)
+                        warmup_iters=warmup_iters,
+                        trace_cycle=None if trace is None else -1)
     result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout,
                   collective_timeout_s=collective_timeout, cluster_prefix=cluster_prefix)
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
+    files = {}
+    if trace is not None:
+        from commsim.analysis.measured import from_live, measured_json
+
+        files[trace] = measured_json(from_live(result)).encode("utf-8")
+        result = {k: v for k, v in result.items() if k != "timeline"}   # it is in the trace
     text = o.dumps(result)
     if out is not None:
-        atomic_write_text(out, text + "\n", force=force)
+        files[out] = (text + "\n").encode("utf-8")
+    write_files(files, force=force)
     typer.echo(text if json_out else render(result))
 
 

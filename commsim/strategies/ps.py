@@ -48,19 +48,23 @@ class ParameterServer(Strategy):
         return fast.parameter_server(spec, costs)
 
     def live_sync(self, model, comm):
-        """Parameter server through rank 0, per parameter (the seed report's listing 3)."""
+        """Parameter server through rank 0, per parameter (the seed report's listing 3); each
+        parameter's gather, mean and scatter is one ``comm.span`` (timed when tracing)."""
         import torch
         import torch.distributed as dist
 
-        for param in model.parameters():
-            if comm.rank == 0:
-                gradients = [torch.zeros_like(param.grad.data) for _ in range(comm.size)]
-                dist.gather(param.grad.data, gradients, dst=0)
-                mean = torch.mean(torch.stack(gradients), dim=0)
-                dist.scatter(param.grad.data, [mean for _ in range(comm.size)], src=0)
-            else:
-                dist.gather(param.grad.data, dst=0)
-                dist.scatter(param.grad.data, src=0)
+        for i, param in enumerate(model.parameters()):
+            grad = param.grad.data
+            # One span per parameter, named as the simulator names its collective.
+            with comm.span(f"gather+scatter p{i}", grad.numel() * grad.element_size()):
+                if comm.rank == 0:
+                    gradients = [torch.zeros_like(grad) for _ in range(comm.size)]
+                    dist.gather(grad, gradients, dst=0)
+                    mean = torch.mean(torch.stack(gradients), dim=0)
+                    dist.scatter(grad, [mean for _ in range(comm.size)], src=0)
+                else:
+                    dist.gather(grad, dst=0)
+                    dist.scatter(grad, src=0)
 
     def analytic(self, spec, costs):
         p = spec.world_size
