@@ -267,11 +267,22 @@ def gantt_figure(strategy: str, rows: Sequence[dict]) -> Figure:
                f"forward, backward and optimizer compute, each bucket's or tensor's "
                f"communication (one colour per bucket/tensor), and idle time in grey.")
     ax = fig.add_axes((0.13, 0.12, 0.85, 0.72))
+    _gantt(ax, rows, iteration)
+    ax.set_xlim(0, iteration * 1e3 * 1.01)
+    ax.set_xlabel("time since the iteration started (ms)")
+    _gantt_legend(fig)
+    return fig
+
+
+def _gantt(ax, rows: Sequence[dict], iteration: float, order: dict | None = None) -> None:
+    """Draw ``rows`` (``analysis.timeline`` segments) as a Gantt chart on ``ax``: per rank a
+    compute lane and its communication lane(s), idle hatched, ranks top to bottom.  ``order``
+    maps a collective's name to its colour index (default: launch order in ``rows``)."""
     ranks = sorted({r["rank"] for r in rows})
     # One colour per collective, in launch order, so neighbours always differ and a bucket has
     # the same colour on every rank.
-    order = {name: k for k, name in enumerate(dict.fromkeys(
-        r["name"] for r in sorted(rows, key=lambda r: r["start_s"]) if r["kind"] == "comm"))}
+    if order is None:
+        order = collective_order(rows)
     y, ticks, labels = 0.0, [], []
     for rank in ranks:
         mine = [r for r in rows if r["rank"] == rank]
@@ -286,7 +297,7 @@ def gantt_figure(strategy: str, rows: Sequence[dict]) -> Figure:
                 ax.broken_barh([(x, w)], (y, 0.85), facecolors=PHASE_COLORS.get(r["name"],
                                "#6baed6"), edgecolor="white", linewidth=0.3)
             else:
-                color = COMM_COLORS[order[r["name"]] % len(COMM_COLORS)]
+                color = COMM_COLORS[order.get(r["name"], 0) % len(COMM_COLORS)]
                 ax.broken_barh([(x, w)], (y + 1 + r["lane"], 0.85), facecolors=color,
                                edgecolor="black", linewidth=0.2)
                 # Label what is wide enough to read: the full name, or its last word.
@@ -303,15 +314,21 @@ def gantt_figure(strategy: str, rows: Sequence[dict]) -> Figure:
     ax.set_yticks(ticks)
     ax.set_yticklabels(labels, fontsize=7 if len(ticks) > 16 else 9)
     ax.invert_yaxis()
-    ax.set_xlim(0, iteration * 1e3 * 1.01)
-    ax.set_xlabel("time since the iteration started (ms)")
     ax.grid(True, axis="x", alpha=0.3)
+
+
+def collective_order(rows: Sequence[dict]) -> dict:
+    """Colour index per collective name, in launch order."""
+    return {name: k for k, name in enumerate(dict.fromkeys(
+        r["name"] for r in sorted(rows, key=lambda r: r["start_s"]) if r["kind"] == "comm"))}
+
+
+def _gantt_legend(fig) -> None:
     handles = [Patch(color=c, label=p) for p, c in PHASE_COLORS.items()]
     handles += [Patch(color=COMM_COLORS[0], label="communication (colour = bucket/tensor)"),
                 Patch(facecolor=IDLE_COLOR, edgecolor="#bbbbbb", hatch="//", label="idle")]
     fig.legend(handles=handles, loc="upper center", ncol=5, bbox_to_anchor=(0.5, 0.93),
                fontsize=9, frameon=False)
-    return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,6 +468,72 @@ def validation_figure(rows: Sequence[dict], summary: dict) -> Figure:
         ax.set_title(_label(strategy), fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
+    return fig
+
+
+def validation_scatter_figure(rows: Sequence[dict], tolerance_pct: float) -> Figure:
+    """Every validated cell as one point, measured against predicted, with the y = x line and
+    the band where the error is within the tolerance."""
+    errs = [abs(r["error_pct"]) for r in rows]
+    inside = sum(e <= tolerance_pct for e in errs)
+    fig = page("Predicted vs measured, every cell",
+               f"Each dot is one validated cell (strategy, node count, link): measured seconds "
+               f"per iteration across, predicted up, bars = measured spread.  On the solid "
+               f"line the prediction is exact; inside the shaded band it is within "
+               f"±{tolerance_pct:g}% of the measurement ({inside} of {len(rows)} cells).")
+    ax = fig.add_axes((0.1, 0.13, 0.6, 0.72))
+    top = 1.1 * max(max(r["measured_s"] + (r.get("measured_spread_s") or 0.0),
+                        r["predicted_s"]) for r in rows)
+    xs = [0.0, top]
+    tol = tolerance_pct / 100.0
+    ax.fill_between(xs, [x * (1 - tol) for x in xs], [x * (1 + tol) for x in xs],
+                    color="#dddddd", label=f"within ±{tolerance_pct:g}%")
+    ax.plot(xs, xs, "-", color="#555555", linewidth=1, label="predicted = measured")
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == strategy]
+        ax.errorbar([r["measured_s"] for r in mine], [r["predicted_s"] for r in mine],
+                    xerr=[r.get("measured_spread_s") or 0.0 for r in mine], fmt="o",
+                    capsize=3, color=_color(strategy), label=_label(strategy))
+        for r in mine:
+            ax.annotate(f"{r['nodes']}", (r["measured_s"], r["predicted_s"]),
+                        textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel("measured time per iteration (s)")
+    ax.set_ylabel("predicted time per iteration (s)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.03, 1.0), frameon=False,
+              title="numbers: nodes", title_fontsize=9)
+    return fig
+
+
+def timeline_pair_figure(strategy: str, predicted: Sequence[dict],
+                         measured: Sequence[dict]) -> Figure:
+    """One cell's predicted iteration above its measured one, on one time axis (ms since the
+    first rank started), one colour per collective on both."""
+    first = measured[0]
+    n, p_it, m_it = first["nodes"], predicted[0]["iteration_s"], first["iteration_s"]
+    rate = first.get("rate_Bps")
+    link = f" at {fmt_rate(rate)}" if rate else ""
+    fig = page(f"Predicted and measured iteration: {_label(strategy)} on {n} nodes{link}",
+               f"Top: the simulated iteration ({fmt_time(p_it)}); bottom: the last timed "
+               f"iteration of the live run ({fmt_time(m_it)}), every rank on rank 0's clock "
+               f"from the first rank's start.  Same colours for the same bucket or tensor, so "
+               f"a late bucket, a waiting rank or a slower backward shows as a shift.")
+    order = collective_order(list(predicted) + list(measured))
+    span = max(p_it, m_it) * 1e3 * 1.01
+    axes = []
+    for k, (rows, what) in enumerate(((predicted, "predicted"), (measured, "measured"))):
+        ax = fig.add_axes((0.15, 0.5 - 0.37 * k, 0.83, 0.33),
+                          sharex=axes[0] if axes else None)
+        _gantt(ax, rows, max(p_it, m_it), order)
+        ax.set_title(what, fontsize=10, loc="left")
+        ax.set_xlim(0, span)
+        axes.append(ax)
+    axes[0].tick_params(labelbottom=False)
+    axes[1].set_xlabel("time since the first rank started the iteration (ms)")
+    _gantt_legend(fig)
     return fig
 
 

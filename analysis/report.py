@@ -41,6 +41,7 @@ class ReportOptions:
     scenario:        the what-ifs every run shares (link, bucket, ranks per host...).
     validation_name: the validation file's name for the title page (not its path: paths would
                      make two otherwise equal reports differ).
+    validation_tolerance_pct: the error band of the predicted-vs-measured scatter.
     """
     nodes: tuple[int, ...] = DEFAULT_NODES
     strategies: tuple[str, ...] = SEED_STRATEGIES
@@ -50,6 +51,7 @@ class ReportOptions:
     timeline_nodes: int | None = None
     scenario: Scenario = field(default_factory=Scenario)
     validation_name: str | None = None
+    validation_tolerance_pct: float = 10.0
 
     @property
     def gantt_nodes(self) -> int:
@@ -126,8 +128,12 @@ def _check(opt: ReportOptions) -> None:
 
 def build_report(profile: Profile, options: ReportOptions = ReportOptions(),
                  validation: Sequence[dict] | None = None,
-                 traffic_accuracy: Sequence[dict] | None = None) -> ReportData:
-    """Predict every run the pages need and collect the tables (no plotting here)."""
+                 traffic_accuracy: Sequence[dict] | None = None,
+                 validation_timelines: Sequence[dict] | None = None) -> ReportData:
+    """Predict every run the pages need and collect the tables (no plotting here).
+
+    ``validation_timelines``: a traced validation's Gantt rows (``side`` predicted/measured,
+    ``compare.load_validation_extras``); one page per strategy draws a cell of it."""
     opt = options
     _check(opt)
     runs = tables.Runs(profile, base=opt.scenario, global_batch=opt.global_batch,
@@ -152,6 +158,8 @@ def build_report(profile: Profile, options: ReportOptions = ReportOptions(),
     if validation:
         t["validation"] = [dict(r) for r in validation]
         summary = compare.error_summary(list(validation))
+        if validation_timelines:
+            t["validation_timeline"] = [dict(r) for r in validation_timelines]
     if traffic_accuracy:
         t["traffic_accuracy"] = [dict(r) for r in traffic_accuracy]
     return ReportData(options=opt, sections=_sections(profile, opt), tables=t,
@@ -208,6 +216,12 @@ def page_builders(data: ReportData) -> list:
     if "validation" in t:
         pages += [
             lambda: P.validation_figure(t["validation"], data.validation_summary),
+            lambda: P.validation_scatter_figure(t["validation"], opt.validation_tolerance_pct),
+        ]
+        for strategy, predicted, measured in traced_cells(t.get("validation_timeline", ())):
+            pages.append(lambda s=strategy, p=predicted, m=measured:
+                         P.timeline_pair_figure(s, p, m))
+        pages += [
             lambda: P.table_pages("Prediction error per strategy and node count",
                                   "Predicted and measured seconds per iteration, the measured "
                                   "spread, and the prediction error in percent of the "
@@ -223,6 +237,24 @@ def page_builders(data: ReportData) -> list:
                                   P.TRAFFIC_COLUMNS, t["traffic_accuracy"]),
         ]
     return pages
+
+
+def traced_cells(rows: Sequence[dict]) -> list[tuple[str, list[dict], list[dict]]]:
+    """Per validated strategy, the traced cell its page shows: the most nodes, then the first
+    link rate of the file; as (strategy, predicted rows, measured rows)."""
+    cells: dict[str, tuple] = {}
+    for r in rows:
+        key = (r["nodes"], r.get("rate_Bps"), r.get("variant") or "")
+        best = cells.get(r["strategy"])
+        if best is None or r["nodes"] > best[0]:
+            cells[r["strategy"]] = key
+    out = []
+    for strategy, key in cells.items():
+        mine = [r for r in rows if r["strategy"] == strategy
+                and (r["nodes"], r.get("rate_Bps"), r.get("variant") or "") == key]
+        out.append((strategy, [r for r in mine if r["side"] == "predicted"],
+                    [r for r in mine if r["side"] == "measured"]))
+    return [c for c in out if c[1] and c[2]]
 
 
 def render_report_pdf(data: ReportData) -> bytes:

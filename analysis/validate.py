@@ -13,6 +13,10 @@ Algorithm (``validate``):
 3. Each cell gets predicted, measured median and spread, and the signed error
    100·(predicted − measured)/measured.  The summary gives the median, 90th percentile and max of
    the absolute errors; ``passed`` is median <= tolerance.
+4. With ``trace`` on the grid, every live rank also records its last timed iteration
+   (``commsim live --trace``), the cell is predicted once more with its timeline, and the report
+   carries both (``CellTimeline``): a trace of each cell with the predicted and the measured
+   tracks side by side, and the rows of the report's predicted-vs-measured timeline pages.
 
 The comparison functions are pure (they take numbers and return rows); only ``validate`` runs
 anything.
@@ -42,6 +46,7 @@ class ValidationGrid:
                 calibrated): the predictions ask that rate, as ``predict --bandwidth`` would.
     iterations: timed live iterations per cell (the first, discarded, comes on top).
     sync_every, group_size, compression: the what-ifs ``live`` and ``predict`` both run.
+    trace:      record each cell's last timed iteration live and predict its timeline.
     """
     strategies: tuple[str, ...] = ("ps", "ring", "ddp")
     nodes: tuple[int, ...] = (2, 3, 4)
@@ -57,6 +62,7 @@ class ValidationGrid:
     group_size: int | None = None
     compression: str | None = None
     what_if_rate_Bps: float | None = None
+    trace: bool = False
 
     def live_kwargs(self, strategy: str) -> dict:
         """LiveConfig fields of one cell (``commsim.calibrate.live.LiveConfig(**...)``)."""
@@ -65,7 +71,8 @@ class ValidationGrid:
               "data_dir": self.data_dir, "sync_every": self.sync_every,
               "group_size": self.group_size, "compression": self.compression,
               # whole accumulation cycles: live times k passes per synchronised step
-              "iterations": -(-self.iterations // self.sync_every) * self.sync_every}
+              "iterations": -(-self.iterations // self.sync_every) * self.sync_every,
+              "trace_cycle": -1 if self.trace else None}   # the last timed cycle
         if self.model:
             kw["model"] = self.model
         return kw
@@ -82,14 +89,48 @@ class ValidationGrid:
 
 
 @dataclass(frozen=True)
+class CellTimeline:
+    """One traced cell: its predicted iteration (a ``Result`` with intervals) and the live
+    ranks' recorded one (``commsim.analysis.measured.MeasuredTimeline``)."""
+    strategy: str
+    nodes: int
+    rate_Bps: float | None
+    variant: str
+    predicted: Any
+    measured: Any
+
+    @property
+    def stem(self) -> str:
+        """The cell's file name without extension: ``ddp_2nodes_100mbit``."""
+        rate = "loopback" if not self.rate_Bps else f"{self.rate_Bps * 8 / 1e6:g}mbit"
+        parts = [self.strategy, *self.variant.replace("=", "").split(), f"{self.nodes}nodes",
+                 rate]
+        return "_".join(parts)
+
+    def rows(self) -> list[dict]:
+        """Both timelines as flat Gantt rows, ``side`` "predicted" or "measured"."""
+        from commsim.analysis.measured import timeline_rows as measured_rows
+        from commsim.analysis.timeline import segment_rows, segments
+
+        common = {"rate_Bps": self.rate_Bps, "variant": self.variant}
+        p = self.predicted
+        return (segment_rows(segments(p), strategy=self.strategy, nodes=self.nodes,
+                             iteration_s=p.iteration_s, side="predicted", **common)
+                + measured_rows(self.measured, side="measured", **common))
+
+
+@dataclass(frozen=True)
 class ValidationReport:
     rows: tuple[dict, ...]
     summary: dict
     profile_source: dict = field(default_factory=dict)
+    timelines: tuple[CellTimeline, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"rows": list(self.rows), "summary": self.summary,
-                "profile": self.profile_source}
+        out = {"rows": list(self.rows), "summary": self.summary, "profile": self.profile_source}
+        if self.timelines:
+            out["timelines"] = [row for cell in self.timelines for row in cell.rows()]
+        return out
 
 
 def error_pct(predicted_s: float, measured_s: float) -> float:
@@ -206,7 +247,7 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
             return _run(LiveConfig(**grid.live_kwargs(strategy)), nodes=nodes, emulate=emulate,
                         timeout_s=grid.timeout_s)
     cores = float(os.cpu_count() or 1)
-    rows = []
+    rows, timelines = [], []
     for rate in (grid.rates_Bps or (None,)):
         emulate = cluster_for_rate(rate, max(grid.nodes)) if rate is not None else None
         for strategy in grid.strategies:
@@ -217,16 +258,22 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
                 asked = rate if rate is not None else grid.what_if_rate_Bps
                 sc = live_scenario(profile, grid, nodes, asked,
                                    measured.get("threads_per_rank") or 1, cores)
-                predicted = predict(profile, strategy, nodes, sc).to_dict()
+                result = predict(profile, strategy, nodes, sc, timeline=grid.trace)
+                predicted = result.to_dict()
                 probe = (communication_free_compute_s(profile, nodes, sc)
                          if get_strategy(strategy).probed_compute else None)
                 rows.append({**compare(predicted, measured, rate_Bps=rate,
                                        probe_compute_s=probe),
                              "variant": grid.variant})
+                if grid.trace:
+                    from commsim.analysis.measured import from_live
+
+                    timelines.append(CellTimeline(strategy, nodes, rate, grid.variant,
+                                                  predicted=result, measured=from_live(measured)))
     source = {k: profile.metadata.get(k) for k in ("source", "created", "command", "nodes",
                                                      "emulated_rate_Bps")}
     return ValidationReport(rows=tuple(rows), summary=summarize(rows, tolerance_pct),
-                            profile_source=source)
+                            profile_source=source, timelines=tuple(timelines))
 
 
 def rows_table(rows: Iterable[dict]) -> list[dict]:

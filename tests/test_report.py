@@ -205,6 +205,7 @@ HEADINGS = [
     "Calibration fit numbers",
     "Compute time vs batch size",
     "Predicted vs measured",
+    "Predicted vs measured, every cell",
     "Prediction error per strategy and node count",
 ]
 

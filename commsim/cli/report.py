@@ -65,7 +65,8 @@ def report(
 ) -> None:
     import time
 
-    from commsim.analysis.compare import load_traffic_accuracy, load_validation
+    from commsim.analysis.compare import (load_traffic_accuracy, load_validation,
+                                          load_validation_extras)
     from commsim.analysis.report import ReportOptions, build_report, check_outputs, write_report
     from commsim.errors import UserError
     from commsim.strategies import get_strategy
@@ -79,15 +80,17 @@ def report(
         get_strategy(name)
     from dataclasses import replace
     sc = replace(scenario, global_batch=global_batch)
+    rows = None if validation is None else load_validation(validation)
+    tolerance, timelines = (None, []) if validation is None else load_validation_extras(validation)
     opts = ReportOptions(nodes=tuple(o.parse_nodes(nodes)), strategies=names,
                          batch_sizes=_ints(batch_sizes, "--batch-sizes"),
                          global_batch=global_batch, weak_batch=weak_batch,
                          timeline_nodes=timeline_nodes, scenario=sc,
-                         validation_name=None if validation is None else validation.name)
-    rows = None if validation is None else load_validation(validation)
+                         validation_name=None if validation is None else validation.name,
+                         **({} if tolerance is None else {"validation_tolerance_pct": tolerance}))
     prof = o.load_profile(profile)
     traffic = None if traffic_accuracy is None else load_traffic_accuracy(traffic_accuracy)
-    data = build_report(prof, opts, rows, traffic)
+    data = build_report(prof, opts, rows, traffic, timelines)
     paths = write_report(data, out, csv_dir=csv_dir, json_dir=json_dir, force=force)
     extra = f" and {len(paths) - 1} table files" if len(paths) > 1 else ""
     typer.echo(f"wrote {out}{extra} in {time.perf_counter() - t0:.1f} s")
