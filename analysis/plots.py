@@ -26,6 +26,7 @@ PHASE_COLORS = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#0851
 PART_COLORS = {"compute": "#3182bd", "overlapped": "#9ecae1", "exposed": "#e6550d",
                "idle": "#d9d9d9"}
 IDLE_COLOR = "#eeeeee"
+WAIT_COLOR = "#fdae6b"   # a measured rank blocked in backward until its buckets are reduced
 # Collectives cycle through these; no blues, which mean compute.
 COMM_COLORS = ("#fd8d3c", "#74c476", "#9e9ac8", "#e7969c", "#bcbd22", "#fdd0a2", "#31a354",
                "#d6616b", "#c7e9c0", "#756bb1", "#e6550d", "#dadaeb")
@@ -293,6 +294,9 @@ def _gantt(ax, rows: Sequence[dict], iteration: float, order: dict | None = None
             if r["kind"] == "idle":
                 ax.broken_barh([(x, w)], (y, height * 0.9), facecolors=IDLE_COLOR,
                                edgecolor="#bbbbbb", hatch="//", linewidth=0.3)
+            elif r["kind"] == "compute" and r["name"] == "wait":
+                ax.broken_barh([(x, w)], (y, 0.85), facecolors="white", edgecolor=WAIT_COLOR,
+                               hatch="xx", linewidth=0.3)
             elif r["kind"] == "compute":
                 ax.broken_barh([(x, w)], (y, 0.85), facecolors=PHASE_COLORS.get(r["name"],
                                "#6baed6"), edgecolor="white", linewidth=0.3)
@@ -323,12 +327,16 @@ def collective_order(rows: Sequence[dict]) -> dict:
         r["name"] for r in sorted(rows, key=lambda r: r["start_s"]) if r["kind"] == "comm"))}
 
 
-def _gantt_legend(fig) -> None:
+def _gantt_legend(fig, wait: bool = False) -> None:
+    """The Gantt pages' legend; ``wait`` adds the measured "waiting for buckets" entry."""
     handles = [Patch(color=c, label=p) for p, c in PHASE_COLORS.items()]
+    if wait:
+        handles.append(Patch(facecolor="white", edgecolor=WAIT_COLOR, hatch="xx",
+                             label="waiting for buckets"))
     handles += [Patch(color=COMM_COLORS[0], label="communication (colour = bucket/tensor)"),
                 Patch(facecolor=IDLE_COLOR, edgecolor="#bbbbbb", hatch="//", label="idle")]
-    fig.legend(handles=handles, loc="upper center", ncol=5, bbox_to_anchor=(0.5, 0.93),
-               fontsize=9, frameon=False)
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles),
+               bbox_to_anchor=(0.5, 0.93), fontsize=9, frameon=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -519,8 +527,9 @@ def timeline_pair_figure(strategy: str, predicted: Sequence[dict],
     fig = page(f"Predicted and measured iteration: {_label(strategy)} on {n} nodes{link}",
                f"Top: the simulated iteration ({fmt_time(p_it)}); bottom: the last timed "
                f"iteration of the live run ({fmt_time(m_it)}), every rank on rank 0's clock "
-               f"from the first rank's start.  Same colours for the same bucket or tensor, so "
-               f"a late bucket, a waiting rank or a slower backward shows as a shift.")
+               f"from the first rank's start; orange hatching: blocked in backward until its "
+               f"buckets are reduced.  Same colours for the same bucket or tensor, so a late "
+               f"bucket, a waiting rank or a slower backward shows as a shift.")
     order = collective_order(list(predicted) + list(measured))
     span = max(p_it, m_it) * 1e3 * 1.01
     axes = []
@@ -533,7 +542,8 @@ def timeline_pair_figure(strategy: str, predicted: Sequence[dict],
         axes.append(ax)
     axes[0].tick_params(labelbottom=False)
     axes[1].set_xlabel("time since the first rank started the iteration (ms)")
-    _gantt_legend(fig)
+    _gantt_legend(fig, wait=any(r["kind"] == "compute" and r["name"] == "wait"
+                                for r in measured))
     return fig
 
 

@@ -61,6 +61,20 @@ def test_recorder_reports_on_rank_zeros_clock_sorted_by_start():
         Recorder().to_dict(0, 0, 0.0, 0.0)
 
 
+def test_ddp_backward_ends_at_the_last_gradient_and_the_rest_is_waiting():
+    rec = Recorder(split_backward=True)
+    rec.last_gradient_s = 3.0
+    rec.backward(1.0, 4.0, local_step=0)
+    assert [(e["name"], e["start_s"], e["end_s"]) for e in rec.events] == [
+        ("backward", 1.0, 3.0), ("wait", 3.0, 4.0)]
+    assert rec.events[1]["args"] == {"local_step": 0, "until": "buckets reduced"}
+    # a stamp from another pass, or no split asked (ps, ring): backward is the whole call
+    for rec in (Recorder(split_backward=True, last_gradient_s=0.5), Recorder(last_gradient_s=3.0)):
+        rec.backward(1.0, 4.0)
+        assert [(e["name"], e["start_s"], e["end_s"]) for e in rec.events] == [
+            ("backward", 1.0, 4.0)]
+
+
 def test_measured_times_count_from_the_first_rank_to_start():
     m = from_live(live_record())
     assert m.rank_spans_s == (pytest.approx((0.0, 0.5)), pytest.approx((1.0, 1.45)))
@@ -238,8 +252,9 @@ def test_live_trace_every_measured_event_lies_within_its_ranks_iteration(tmp_pat
     assert m.strategy == strategy and m.nodes == 2 and m.cycle == 1   # the last of 2
     for rank in (0, 1):
         mine = [iv for iv in m.intervals if iv.owner == rank]
-        assert [iv.name for iv in mine if iv.track == "compute"] == ["forward", "backward",
-                                                                    "optimizer"]
+        compute = [iv.name for iv in mine if iv.track == "compute"]
+        assert [n for n in compute if n != "wait"] == ["forward", "backward", "optimizer"]
+        assert "wait" not in compute or strategy == "ddp"   # blocked until buckets reduced
         assert {iv.name for iv in mine if iv.track == "comm"} == names
         start, end = m.rank_spans_s[rank]
         assert all(start <= iv.start <= iv.end <= end for iv in mine)

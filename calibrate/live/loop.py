@@ -77,7 +77,7 @@ def train_cycle(model, optimizer, criterion, batches_k, sync, comm: Comm, lr: fl
             # The simulator numbers the k-1 passes before the synchronised one (local_step).
             step = {"local_step": j} if j < k - 1 else {}
             recorder.add("compute", "forward", a, b, **step)
-            recorder.add("compute", "backward", b, c, **step)
+            recorder.backward(b, c, **step)
         losses.append(finite(loss.item()))
     t2 = time.perf_counter()
     sync(model, comm)

@@ -5,7 +5,10 @@ the simulator's terms, so that it can be drawn beside the predicted one
 (``commsim.analysis.measured``):
 
 * track "compute": forward and backward of every pass of the cycle (``local_step`` as the
-  simulator numbers them), then "optimizer";
+  simulator numbers them), then "optimizer".  Under DDP, ``backward()`` returns only when every
+  bucket is reduced; the backward event ends when the last gradient was accumulated
+  (``watch_gradients``) and a "wait" event covers the rest, where the rank computes nothing and
+  waits for its buckets (where the simulator's rank is idle);
 * track "comm": every collective as the strategy's ``live_sync`` issues it (ps: "gather+scatter
   p<i>" per parameter, gather, mean on the root and scatter; ring: "all_reduce p<i>" per
   parameter, the divide included), and DDP's "bucket <i>" from the comm hook taking the bucket
@@ -27,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 PINGS = 16   # rounds per rank: a busy moment delays some rounds, rarely all 16
 
@@ -76,10 +79,27 @@ def clock_offset(rank: int, world_size: int, pings: int = PINGS) -> tuple[float,
 @dataclass
 class Recorder:
     """The events of one rank's traced cycle, on this rank's perf_counter (``to_dict`` moves
-    them onto rank 0's clock).  Mutable: the training loop and the hooks add to it."""
+    them onto rank 0's clock).  Mutable: the training loop and the hooks add to it.
+    ``split_backward``: end backward at the last gradient and record the rest as "wait" (DDP);
+    ``last_gradient_s``: when a gradient was last accumulated (``watch_gradients``)."""
     events: list[dict] = field(default_factory=list)
     start_s: float | None = None
     end_s: float | None = None
+    split_backward: bool = False
+    last_gradient_s: float | None = None
+
+    def gradient_ready(self) -> None:
+        self.last_gradient_s = time.perf_counter()
+
+    def backward(self, start_s: float, end_s: float, **args) -> None:
+        """One backward pass that ran from ``start_s`` until ``backward()`` returned at
+        ``end_s``: with ``split_backward``, compute until the last gradient, then "wait"."""
+        grad = self.last_gradient_s
+        if not (self.split_backward and grad is not None and start_s < grad < end_s):
+            grad = end_s
+        self.add("compute", "backward", start_s, grad, **args)
+        if grad < end_s:
+            self.add("compute", "wait", grad, end_s, **args, until="buckets reduced")
 
     def add(self, track: str, name: str, start_s: float, end_s: float, **args) -> None:
         self.events.append({"track": track, "name": name, "start_s": start_s, "end_s": end_s,
@@ -103,3 +123,16 @@ class Recorder:
         return {"rank": rank, "cycle": cycle, "offset_s": offset_s, "rtt_s": rtt_s,
                 "start_s": self.start_s + offset_s, "end_s": self.end_s + offset_s,
                 "events": moved}
+
+
+def watch_gradients(model, recorder: Callable[[], "Recorder | None"]) -> None:
+    """Stamp ``recorder()`` (when there is one) each time a gradient is accumulated into a
+    parameter of ``model``: the last stamp of a backward pass is where its compute ended."""
+    def hook(_param) -> None:
+        rec = recorder()
+        if rec is not None:
+            rec.gradient_ready()
+
+    for param in model.parameters():
+        if param.requires_grad:
+            param.register_post_accumulate_grad_hook(hook)

@@ -50,7 +50,7 @@ from commsim.calibrate.live.groups import averaging_group
 from commsim.calibrate.live.hooks import BucketTimer, comm_hook, timed_hook, union_s
 from commsim.calibrate.live.loop import evaluate, new_optimizer, probe_compute, train_cycle
 from commsim.calibrate.live.schedule import lr_schedule
-from commsim.calibrate.live.timing import Recorder, clock_offset
+from commsim.calibrate.live.timing import Recorder, clock_offset, watch_gradients
 from commsim.calibrate.live.workload import batches, has_test_set, live_model, load_data
 from commsim.strategies import get_strategy
 
@@ -98,11 +98,14 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
     traced = None if cfg.trace_cycle is None else 1 + cfg.trace_cycle % (n_cycles - 1)
     clock = clock_offset(rank, world_size) if traced is not None else (0.0, 0.0)
     timeline = None
+    recorder = None
+    if traced is not None:
+        watch_gradients(model, lambda: recorder)   # where backward's compute ends
     for i in range(n_cycles):
         if cfg.exit_rank == rank and cfg.exit_iteration == i:
             os._exit(3)  # fault injection (tests): die without any goodbye to the peers
         batches_k = [next(stream) for _ in range(k)]
-        recorder = Recorder() if i == traced else None
+        recorder = Recorder(split_backward=strategy.wraps_ddp) if i == traced else None
         cycle = train_cycle(net, optimizer, criterion, batches_k, strategy.live_sync,
                             replace(comm, recorder=recorder), schedule.lr(i), no_sync, recorder)
         losses += cycle.pop("losses")
