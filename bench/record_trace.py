@@ -22,6 +22,56 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def record(batch: int, out: Path, *, iterations: int = 6, threads: int = 1,
+           device: str = "cpu") -> tuple[Path, dict]:
+    """One VGG-11 trace at ``batch`` into ``out`` (the file's path) and each phase's median as
+    timed directly: ``{"plain": (forward, backward, optimizer), "profiled": (...)}`` over
+    ``iterations`` unprofiled and as many profiled iterations (the first of each dropped)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from commsim.calibrate.models import sgd, vgg11_cifar
+
+    torch.set_num_threads(threads)
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    torch.manual_seed(0)
+    model = vgg11_cifar().to(dev)
+    opt, loss_fn = sgd(model.parameters()), torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, 32, 32, device=dev)
+    y = torch.randint(0, 10, (batch,), device=dev)
+
+    def step(times):
+        opt.zero_grad()
+        sync()
+        a = time.perf_counter()
+        loss = loss_fn(model(x), y)
+        sync()
+        b = time.perf_counter()
+        loss.backward()
+        sync()
+        c = time.perf_counter()
+        opt.step()
+        sync()
+        times.append((b - a, c - b, time.perf_counter() - c))
+
+    for _ in range(3):   # warm-up: allocator, cuDNN's algorithm choice
+        step([])
+    plain, profiled = [], []
+    for _ in range(iterations):
+        step(plain)
+    with profile(activities=acts, record_shapes=True) as prof:
+        for _ in range(iterations):
+            step(profiled)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out))
+
+    def med(times):
+        return tuple(statistics.median(t[i] for t in times[1:]) for i in range(3))
+    return out, {"plain": med(plain), "profiled": med(profiled)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
@@ -31,58 +81,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=".")
     args = ap.parse_args(argv)
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from commsim.calibrate.from_trace import read_trace
-    from commsim.calibrate.models import sgd, vgg11_cifar
 
-    torch.set_num_threads(args.threads)
-    dev = torch.device(args.device)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     for batch in (int(b) for b in args.batch_sizes.split(",")):
-        torch.manual_seed(0)
-        model = vgg11_cifar().to(dev)
-        opt, loss_fn = sgd(model.parameters()), torch.nn.CrossEntropyLoss()
-        x = torch.randn(batch, 3, 32, 32, device=dev)
-        y = torch.randint(0, 10, (batch,), device=dev)
-
-        def step(times):
-            opt.zero_grad()
-            sync()
-            a = time.perf_counter()
-            loss = loss_fn(model(x), y)
-            sync()
-            b = time.perf_counter()
-            loss.backward()
-            sync()
-            c = time.perf_counter()
-            opt.step()
-            sync()
-            times.append((b - a, c - b, time.perf_counter() - c))
-
-        for _ in range(3):   # warm-up: allocator, cuDNN's algorithm choice
-            step([])
-        plain, profiled = [], []
-        for _ in range(args.iterations):
-            step(plain)
-        with profile(activities=acts, record_shapes=True) as prof:
-            for _ in range(args.iterations):
-                step(profiled)
-        path = out / f"vgg11_{dev.type}_b{batch}.json"
-        prof.export_chrome_trace(str(path))
+        kind = "cuda" if args.device.startswith("cuda") else "cpu"
+        path, direct = record(batch, Path(args.out) / f"vgg11_{kind}_b{batch}.json",
+                              iterations=args.iterations, threads=args.threads,
+                              device=args.device)
         run = read_trace(path)
-
-        def med(times, i):
-            return statistics.median(t[i] for t in times[1:])
-        print(f"batch {batch} on {dev.type} ({run.device} trace, {len(run.steps)} iterations "
+        print(f"batch {batch} on {args.device} ({run.device} trace, {len(run.steps)} iterations "
               f"read, {path.stat().st_size / 1e6:.1f} MB):")
         for i, phase in enumerate(("forward_s", "backward_s", "optimizer_s")):
-            print(f"  {phase[:-2]:9s}  unprofiled {1e3 * med(plain, i):8.2f} ms  profiled "
-                  f"{1e3 * med(profiled, i):8.2f} ms  read from the trace "
+            print(f"  {phase[:-2]:9s}  unprofiled {1e3 * direct['plain'][i]:8.2f} ms  profiled "
+                  f"{1e3 * direct['profiled'][i]:8.2f} ms  read from the trace "
                   f"{1e3 * run.median(phase):8.2f} ms")
     return 0
 

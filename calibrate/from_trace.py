@@ -26,19 +26,22 @@ Steps, per trace:
 5. Batch size and classes come from the loss's input dims (``nll_loss``/``cross_entropy``),
    the input shape from the first forward op; each phase is the median over the iterations.
 Several traces at different batch sizes give the compute table several points.
+With ``--network PROFILE`` the profile also takes from that calibration how much co-located
+ranks slowed each other's compute there (``host_sharing``, CPU traces only) and where it ran (the
+emulated rate, the cores its ranks shared).
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from commsim.errors import UserError
 from commsim.files import read_json
-from commsim.profile import (SCHEMA_VERSION, CollectiveFit, ComputeTable, NetworkFit, ParamSpec,
-                             Profile)
+from commsim.profile import (PHASES, SCHEMA_VERSION, CollectiveFit, ComputeTable, NetworkFit,
+                             ParamSpec, Profile, interpolate)
 
 STEP_PREFIX = "Optimizer.step#"
 ZERO_PREFIX = "Optimizer.zero_grad#"
@@ -232,6 +235,47 @@ def network_from(*, network: Profile | None, bandwidth_Bps: float | None,
     return net, fits
 
 
+# What a network calibration's metadata says about where it ran, carried into the profile.
+HOST_METADATA = ("emulated_rate_Bps", "cores", "shared_cpu_cores")
+
+
+def host_sharing(network: Profile, traced: ComputeTable) -> dict:
+    """The calibration's co-located compute tables (every rank of a host computing at once, and
+    with co-runners: ``ComputeTable.contended``/``oversubscribed``) carried onto the traced
+    compute, as ratios: at each traced batch size, each phase's traced time times what sharing
+    the host cost the calibrated model at that size (interpolated over its sizes).
+
+    Why: how much co-located ranks slow each other is a property of the hosts (cores, caches,
+    memory bandwidth), which only a calibration on them measures; a trace of one process cannot.
+    Without it, ranks that share cores were predicted at processor sharing's speed, far faster
+    than they ran.  Only for a CPU trace: a GPU's compute does not share the host's cores."""
+    out = {}
+    alone = network.compute
+    for name in ("contended", "oversubscribed"):
+        table = getattr(alone, name)
+        if not table or not table.get("batch_sizes"):
+            continue
+        sizes = tuple(table["batch_sizes"])
+        scaled = {}
+        for phase in PHASES:
+            ratios = tuple(t / alone.time_s(phase, b) if alone.time_s(phase, b) > 0 else 1.0
+                           for b, t in zip(sizes, table[f"{phase}_s"]))
+            scaled[f"{phase}_s"] = [traced.time_s(phase, b) * _ratio_at(sizes, ratios, b)
+                                    for b in traced.batch_sizes]
+        out[name] = {**{k: v for k, v in table.items() if k not in scaled},
+                     "batch_sizes": list(traced.batch_sizes), **scaled}
+    return out
+
+
+def _ratio_at(sizes: tuple, ratios: tuple, batch: float) -> float:
+    """A measured ratio curve at ``batch``: linear between sizes, flat beyond them."""
+    if batch <= sizes[0]:
+        return ratios[0]
+    if batch >= sizes[-1]:
+        return ratios[-1]
+    return interpolate(sizes, ratios, batch)
+
+
 def profile_from_traces(paths: list[str | Path], *, network: Profile | None = None,
                         bandwidth_Bps: float | None = None, latency_s: float | None = None,
                         metadata: dict | None = None) -> Profile:
@@ -259,11 +303,17 @@ def profile_from_traces(paths: list[str | Path], *, network: Profile | None = No
         optimizer_s=tuple(r.median("optimizer_s") for r in runs),
         data_s=tuple(r.median("data_s") for r in runs) if any(
             r.median("data_s") for r in runs) else ())
+    if network is not None and first.device == "cpu":
+        compute = replace(compute, **host_sharing(network, compute))
     meta = {"source": "commsim calibrate --from-trace", "device": first.device,
             "traces": [Path(r.path).name for r in runs],
             "iterations": [len(r.steps) for r in runs],
             "network_from": (network.metadata.get("command", "a profile") if network
                              else "--bandwidth/--latency (no collective overheads)"),
+            # Where the network was measured: the emulated rate and the cores its ranks shared
+            # (how ``validate`` describes the cluster the live cells ran on).
+            **({k: network.metadata[k] for k in HOST_METADATA if k in network.metadata}
+               if network is not None else {}),
             **(metadata or {})}
     return Profile(schema_version=SCHEMA_VERSION, metadata=meta,
                    model_name=f"traced:{Path(first.path).stem}",

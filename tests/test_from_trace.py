@@ -139,3 +139,33 @@ def test_cpu_trace_times_match_direct_timing_of_the_same_iterations(tmp_path):
 def math_prod(shape):
     import math
     return math.prod(shape)
+
+
+def test_a_cpu_trace_takes_the_hosts_sharing_cost_from_the_network_calibration():
+    """Co-located ranks slowed the calibrated model by 1.5x (forward) and 2x (backward): the
+    traced compute gets the same ratios at its own batch sizes, so the efficiency the simulator
+    derives is the calibration's; where the network was measured comes along too."""
+    import dataclasses
+
+    from commsim.calibrate.from_trace import host_sharing
+    from commsim.profile import ComputeTable
+    from commsim.spec import measured_cpu_efficiency
+    from profiles import make_profile
+
+    net = make_profile(batch_sizes=(32, 64), forward_s=(0.1, 0.2), backward_s=(0.2, 0.4),
+                       optimizer_s=(0.01, 0.02))
+    net = dataclasses.replace(
+        net, metadata={**net.metadata, "cores": 2, "emulated_rate_Bps": 1.25e8},
+        compute=dataclasses.replace(net.compute, contended={
+            "ranks": 4, "batch_sizes": [32, 64], "forward_s": [0.15, 0.3],
+            "backward_s": [0.4, 0.8], "optimizer_s": [0.01, 0.02]}))
+    traced = ComputeTable(threads_per_rank=1, batch_sizes=(16, 48), forward_s=(0.5, 1.5),
+                          backward_s=(1.0, 3.0), optimizer_s=(0.1, 0.1))
+    shared = host_sharing(net, traced)["contended"]
+    assert shared["ranks"] == 4 and shared["batch_sizes"] == [16, 48]
+    assert shared["forward_s"] == pytest.approx([0.75, 2.25])
+    assert shared["backward_s"] == pytest.approx([2.0, 6.0])
+    assert shared["optimizer_s"] == pytest.approx([0.1, 0.1])
+    traced_prof = dataclasses.replace(net, compute=dataclasses.replace(traced, contended=shared))
+    assert measured_cpu_efficiency(traced_prof, 32) != ()
+    assert host_sharing(make_profile(), traced) == {}     # nothing measured: nothing carried
