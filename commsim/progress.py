@@ -47,8 +47,10 @@ class Progress:
         self.start = clock()
         self.steps = 0          # units started (``step``) or finished (``update``): the count shown
         self.finished = 0       # units finished
-        # Units already finished when counting started, left out of the time per unit.
+        # Units already finished when counting started (``update``), and when that was: the
+        # time per unit leaves out what came before (resumed work, a launch's start-up).
         self.done_before: int | None = None
+        self.counting_since = self.start
         isatty = getattr(self.stream, "isatty", lambda: False)
         self.plain = plain if plain is not None else not isatty()
         self._bar: _RichBar | None = None   # drawn at the first update: an unused one shows nothing
@@ -58,7 +60,7 @@ class Progress:
         timed = self.finished - (self.done_before or 0)
         if not self.total or timed <= 0:
             return None
-        per = (self.clock() - self.start) / timed
+        per = (self.clock() - self.counting_since) / timed
         return per * max(0, self.total - self.finished)
 
     def step(self, text: str) -> None:
@@ -69,10 +71,10 @@ class Progress:
 
     def update(self, done: int, total: int | None, text: str) -> None:
         """``done`` units of ``total`` are finished, the last named ``text`` (the total may
-        change as lazily planned work finds out its size).  The first update's ``done`` is what
-        was finished before this run (resumed), which the time per unit leaves out."""
+        change as lazily planned work finds out its size).  The time per unit counts from the
+        first update, and leaves out the units it says were already done (resumed work)."""
         if self.done_before is None:
-            self.done_before = done
+            self.done_before, self.counting_since = done, self.clock()
         self.total = total if total is None else max(total, done)
         self.steps = self.finished = done
         self._show(text)

@@ -52,8 +52,13 @@ def test_live_trains_on_the_digits(capsys):
     from commsim.cli import main
     assert main(["live", "--strategy", "ring", "--nodes", "2", "--data", "digits",
                  "--iterations", "30", "--global-batch", "64", "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    r = json.loads(captured.out)
     assert r["test_accuracy"] > 0.3
+    # Rank 0's progress, relayed as plain lines without a terminal: every cycle, then the test.
+    lines = [ln for ln in captured.err.splitlines() if ln.startswith("[live")]
+    assert "0/32 ring on 2 rank(s)" in lines[0] and "1/32 warm-up" in lines[1]
+    assert "31/32 iteration 30 of 30" in lines[-2] and "32/32 test accuracy" in lines[-1]
 
 
 def test_data_that_is_neither_a_folder_nor_digits_is_one_line(capsys, tmp_path):

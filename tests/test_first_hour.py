@@ -239,3 +239,14 @@ def test_a_launched_rank_reports_relay_lines_and_a_torchrun_rank_its_own_progres
     monkeypatch.delenv(RELAY_ENV)
     assert isinstance(rank_progress("calibrate", True, stream=io.StringIO()), Progress)
     assert parse_relay_line("[W1123 socket.cpp:207] [c10d] The hostname ...") is None
+
+
+def test_a_failed_ranks_last_line_is_its_error_not_its_progress(tmp_path):
+    """A rank killed right after reporting progress is named with the last line it wrote that
+    was not a progress update (nor c10d's log)."""
+    from commsim.calibrate.launch.spawn import _last_line
+    from commsim.progress import relay_line
+    log = tmp_path / "rank0.log"
+    log.write_text("RuntimeError: Gloo connectFullMesh failed\n" + relay_line(3, 9, "x")
+                   + "[W1123 10:00:00.1 socket.cpp:207] [c10d] hostname\n")
+    assert _last_line(log) == "RuntimeError: Gloo connectFullMesh failed"

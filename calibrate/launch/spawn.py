@@ -37,7 +37,7 @@ from commsim.calibrate.launch.placement import Placement, place
 from commsim.calibrate.launch.settings import DEFAULT_COLLECTIVE_TIMEOUT_S, default_threads
 from commsim.errors import RunFailed, UserError
 from commsim.files import atomic_write_text
-from commsim.progress import RELAY_ENV, Relay
+from commsim.progress import RELAY_ENV, RELAY_PREFIX, Relay
 
 if TYPE_CHECKING:  # the cluster module needs root tools only when used
     from commsim.calibrate.cluster import ClusterInfo
@@ -203,8 +203,10 @@ def _last_line(log: Path) -> str:
         lines = [ln.strip() for ln in log.read_text("utf-8", "replace").splitlines()]
     except OSError:
         return ""
-    # c10d's own log lines ("[W1122 02:55:53.61 socket.cpp:207] ...") are not the rank's error.
-    lines = [ln for ln in lines if ln and not _C10_LOG_RE.match(ln)]
+    # c10d's own log lines ("[W1122 02:55:53.61 socket.cpp:207] ...") are not the rank's error,
+    # nor is rank 0's progress.
+    lines = [ln for ln in lines if ln and not _C10_LOG_RE.match(ln)
+             and not ln.startswith(RELAY_PREFIX)]
     return lines[-1][:300] if lines else ""
 
 

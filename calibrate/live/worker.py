@@ -52,6 +52,7 @@ from commsim.calibrate.live.loop import evaluate, new_optimizer, probe_compute, 
 from commsim.calibrate.live.schedule import lr_schedule
 from commsim.calibrate.live.timing import Recorder, clock_offset, watch_gradients
 from commsim.calibrate.live.workload import batches, has_test_set, live_model, load_data
+from commsim.progress import rank_progress
 from commsim.strategies import get_strategy
 
 
@@ -95,6 +96,10 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
     cycles, comm_in_flight, losses = [], [], []
     counters_before = None
     n_cycles = cfg.iterations // k + 1
+    # Rank 0's progress: every cycle, then the compute probe and the test set where they run.
+    shown = rank_progress("live", rank == 0)
+    units = n_cycles + int(strategy.wraps_ddp) + int(has_test_set(cfg))
+    shown.update(0, units, f"{cfg.strategy} on {world_size} rank(s), batch {batch} per rank")
     traced = None if cfg.trace_cycle is None else 1 + cfg.trace_cycle % (n_cycles - 1)
     clock = clock_offset(rank, world_size) if traced is not None else (0.0, 0.0)
     timeline = None
@@ -118,6 +123,9 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
             comm_in_flight.append(union_s(timer.take()) / k)
         if i == 0:
             counters_before = interface_bytes() if cfg.emulated else None
+        which = ("warm-up (not timed)" if i == 0 else f"iteration {i} of {cfg.iterations}"
+                 if k == 1 else f"iterations {(i - 1) * k + 1}-{i * k} of {cfg.iterations}")
+        shown.update(i + 1, units, f"{which}: {cycle['iteration_s']:.3f} s")
     counters_after = interface_bytes() if cfg.emulated else None
     timed = cycles[1:]
 
@@ -143,6 +151,7 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
         # Sync runs inside backward, overlapped: compute is measured on a comm-free twin.
         compute = probe_compute(model, batches_k, cfg.compute_probe_iterations, world_size,
                                 schedule.lr(len(cycles)))
+        shown.update(n_cycles + 1, units, f"compute probe: {compute:.3f} s")
         result.update(compute_s=compute,
                       comm_s=statistics.median(comm_in_flight[1:]),
                       exposed_comm_s=max(0.0, iteration["median"] - compute),
@@ -164,11 +173,13 @@ def live_worker(rank: int, world_size: int, config: dict) -> dict:
                                 "per-rank interface (use --emulate)")
     if has_test_set(cfg):
         result.update(evaluate(model, cfg, rank, world_size))
+        shown.update(units, units, f"test accuracy {result['test_accuracy']:.1%}")
     else:
         result.update(test_loss=None, test_accuracy=None)
     result["params_checksum"] = float(sum(p.detach().double().sum() for p in model.parameters()))
     if cfg.return_params:  # tests compare whole parameter vectors across ranks
         result["params"] = [p.detach().flatten().tolist() for p in model.parameters()]
+    shown.close()
     if cfg.gather and world_size > 1:
         gathered = [None] * world_size if rank == 0 else None
         dist.gather_object(result, gathered, dst=0)

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
-from commsim.cli.cluster import ClusterPrefixOpt, CollectiveTimeoutOpt, VerboseOpt, quiet_torch
+from commsim.cli.cluster import (ClusterPrefixOpt, CollectiveTimeoutOpt, QuietOpt, VerboseOpt,
+                                 quiet_torch)
 from commsim.limits import TIMEOUT_S
 from commsim.spec import DEFAULT_GLOBAL_BATCH, DEFAULT_MODEL
 
@@ -65,6 +66,7 @@ def live(
     collective_timeout: float = CollectiveTimeoutOpt,
     cluster_prefix: str = ClusterPrefixOpt,
     verbose: bool = VerboseOpt,
+    quiet: bool = QuietOpt,
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Also write the JSON "
                                        "here."),
@@ -101,7 +103,7 @@ def live(
                         group_size=group_size, compression=compress, lr_scaling=lr_scaling,
                         warmup_iters=warmup_iters,
                         trace_cycle=None if trace is None else -1)
-    result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout,
+    result = _run(lv, cfg, nodes=nodes, emulate=emulate, timeout_s=timeout, quiet=quiet,
                   collective_timeout_s=collective_timeout, cluster_prefix=cluster_prefix)
     if result is None:  # a torchrun rank other than 0: rank 0 reports
         return
@@ -133,11 +135,13 @@ def data_and_model(data: Optional[Path], model: str) -> tuple[Optional[str], str
 
 
 def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float,
-         collective_timeout_s: float, cluster_prefix: str):
-    """Join torchrun when RANK/WORLD_SIZE are set, else launch (locally or emulated)."""
+         collective_timeout_s: float, cluster_prefix: str, quiet: bool):
+    """Join torchrun when RANK/WORLD_SIZE are set, else launch (locally or emulated), with rank
+    0's progress on one display (plain lines with ``quiet`` or without a terminal)."""
     import os
 
     from commsim.errors import UserError
+    from commsim.progress import Progress, Relay
 
     if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
         if emulate is not None:
@@ -152,8 +156,9 @@ def _run(lv, cfg, *, nodes: int, emulate: Optional[str], timeout_s: float,
 
         # ensure, not up: a bigger cluster the user has up is used as it is, not rebuilt.
         cluster_info = cluster.ensure(nodes, parse_rate_Bps(emulate), prefix=cluster_prefix)
-    return lv.run_live(cfg, nodes=nodes, emulate=cluster_info, timeout_s=timeout_s,
-                       collective_timeout_s=collective_timeout_s)
+    with Relay(Progress("live", plain=True if quiet else None)) as shown:
+        return lv.run_live(cfg, nodes=nodes, emulate=cluster_info, timeout_s=timeout_s,
+                           collective_timeout_s=collective_timeout_s, progress=shown)
 
 
 def render(r: dict) -> str:
