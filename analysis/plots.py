@@ -524,12 +524,15 @@ def timeline_pair_figure(strategy: str, predicted: Sequence[dict],
     n, p_it, m_it = first["nodes"], predicted[0]["iteration_s"], first["iteration_s"]
     rate = first.get("rate_Bps")
     link = f" at {fmt_rate(rate)}" if rate else ""
+    wait = any(r["kind"] == "compute" and r["name"] == "wait" for r in measured)
     fig = page(f"Predicted and measured iteration: {_label(strategy)} on {n} nodes{link}",
                f"Top: the simulated iteration ({fmt_time(p_it)}); bottom: the last timed "
                f"iteration of the live run ({fmt_time(m_it)}), every rank on rank 0's clock "
-               f"from the first rank's start; orange hatching: blocked in backward until its "
-               f"buckets are reduced.  Same colours for the same bucket or tensor, so a late "
-               f"bucket, a waiting rank or a slower backward shows as a shift.")
+               f"from the first rank's start"
+               + ("; orange hatching: blocked in backward until its buckets are reduced"
+                  if wait else "")
+               + ".  Same colours for the same bucket or tensor, so a late bucket, a waiting "
+                 "rank or a slower backward shows as a shift.")
     order = collective_order(list(predicted) + list(measured))
     span = max(p_it, m_it) * 1e3 * 1.01
     axes = []
@@ -542,8 +545,7 @@ def timeline_pair_figure(strategy: str, predicted: Sequence[dict],
         axes.append(ax)
     axes[0].tick_params(labelbottom=False)
     axes[1].set_xlabel("time since the first rank started the iteration (ms)")
-    _gantt_legend(fig, wait=any(r["kind"] == "compute" and r["name"] == "wait"
-                                for r in measured))
+    _gantt_legend(fig, wait=wait)
     return fig
 
 
