@@ -75,6 +75,15 @@ def test_ddp_backward_ends_at_the_last_gradient_and_the_rest_is_waiting():
             ("backward", 1.0, 4.0)]
 
 
+def test_the_traced_cycle_must_be_a_timed_one():
+    from commsim.calibrate.live import LiveConfig
+
+    LiveConfig(iterations=4, sync_every=2, trace_cycle=-2).validate(2)   # cycles 0 and 1
+    for cycle in (2, -3):
+        with pytest.raises(UserError, match="trace_cycle"):
+            LiveConfig(iterations=4, sync_every=2, trace_cycle=cycle).validate(2)
+
+
 def test_measured_times_count_from_the_first_rank_to_start():
     m = from_live(live_record())
     assert m.rank_spans_s == (pytest.approx((0.0, 0.5)), pytest.approx((1.0, 1.45)))
