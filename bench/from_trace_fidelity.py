@@ -21,7 +21,7 @@ profiles (the traces themselves stay in a temporary folder unless ``--keep-trace
 
 Usage:  python bench/from_trace_fidelity.py [--rate 1gbit] [--nodes 2,3,4]
             [--strategies ps,ring,ddp] [--iterations 3] [--min-seconds 8] [--quick]
-            [--out reports/from_trace]
+            [--cluster-prefix csim] [--out reports/from_trace]
 """
 from __future__ import annotations
 
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="quick calibration sweep (a smoke "
                     "test of this script, not a result)")
     ap.add_argument("--keep-traces", action="store_true", help="write the traces to OUT too")
+    ap.add_argument("--cluster-prefix", default="csim", help="the emulated cluster to use "
+                    "(another prefix keeps clear of one that other work is using)")
     ap.add_argument("--out", default="reports/from_trace")
     args = ap.parse_args(argv)
     quiet_torch(verbose=False)
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         a = calibrate(CalibrateOptions(
             out=cal_path, nodes=top, emulate_Bps=rate, quick=args.quick, force=True,
+            cluster_prefix=args.cluster_prefix,
             command=f"bench/from_trace_fidelity.py: commsim calibrate --emulate "
                     f"{rate_name(rate)} --nodes {top}"))
         calibrate_s = time.monotonic() - started
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         measured: dict[tuple, dict] = {}
         live_log = out / "live.jsonl"
         live_log.unlink(missing_ok=True)
-        info = cluster.up(top, rate)
+        info = cluster.up(top, rate, prefix=args.cluster_prefix)
         for st in strategies:
             for n in nodes:
                 bar.step(f"live {st} on {n} nodes at {rate_name(rate)}")

@@ -158,3 +158,28 @@ def test_what_if_rate_and_emulate_are_one_or_the_other(capsys):
     from commsim.cli import main
     assert main(["validate", "--emulate", "1gbit", "--what-if-rate", "10gbit"]) == 2
     assert "--what-if-rate" in capsys.readouterr().err
+
+
+def test_validate_builds_its_emulated_cluster_under_the_prefix_it_is_given(monkeypatch, tmp_path,
+                                                                            capsys):
+    """Two users of one machine keep apart by --cluster-prefix: validate's cells run on the
+    cluster of that prefix (another one, rebuilt at another rate, is left alone)."""
+    import commsim.analysis.validate as V
+    import commsim.calibrate.cluster as cluster
+    from commsim.cli import main
+    built = []
+    monkeypatch.setattr(cluster, "up", lambda n, rate, prefix="csim", **kw:
+                        built.append((n, rate, prefix)) or object())
+
+    def fake_validate(grid, profile, *, cluster_for_rate, **kw):
+        cluster_for_rate(grid.rates_Bps[0], max(grid.nodes))
+        return V.ValidationReport(rows=[], summary={"passed": True, "cells": 0,
+                                                    "median_abs_error_pct": 0.0,
+                                                    "p90_abs_error_pct": 0.0,
+                                                    "max_abs_error_pct": 0.0})
+    monkeypatch.setattr(V, "validate", fake_validate)
+    prof = tmp_path / "p.json"
+    prof.write_text(make_profile().dumps())
+    main(["validate", "--profile", str(prof), "--emulate", "100mbit", "--nodes", "2",
+          "--strategies", "ring", "--cluster-prefix", "mine"])
+    assert built == [(2, 12.5e6, "mine")]

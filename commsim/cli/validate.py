@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from commsim.cli import options as o
-from commsim.cli.cluster import QuietOpt, VerboseOpt, quiet_torch
+from commsim.cli.cluster import ClusterPrefixOpt, QuietOpt, VerboseOpt, quiet_torch
 from commsim.cli.live import data_and_model
 from commsim.progress import Progress
 from commsim.limits import TIMEOUT_S
@@ -59,6 +59,7 @@ def validate(
                                          "(and the timelines into --out, for commsim report)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     verbose: bool = VerboseOpt,
+    cluster_prefix: str = ClusterPrefixOpt,
     quiet: bool = QuietOpt,
 ) -> None:
     import tempfile
@@ -112,7 +113,8 @@ def validate(
             shown.progress.say(f"calibrating on {calibrate_nodes or max(node_list)} ranks")
             prof = calibrate(CalibrateOptions(out=tmp, nodes=calibrate_nodes or max(node_list),
                                               emulate_Bps=rates[0] if rates else None,
-                                              quick=quick, **kw), progress=shown)
+                                              quick=quick,
+                                              cluster_prefix=cluster_prefix, **kw), progress=shown)
     factory = model or (prof.model_name if ":" in prof.model_name else None)
     data_dir, factory = data_and_model(data, factory or DEFAULT_MODEL)
     grid = ValidationGrid(strategies=names, nodes=node_list, rates_Bps=rates,
@@ -123,7 +125,7 @@ def validate(
 
     def cluster_for_rate(rate, n):
         from commsim.calibrate import cluster
-        return cluster.up(n, rate)
+        return cluster.up(n, rate, prefix=cluster_prefix)
 
     with bar:
         report = run(grid, prof, tolerance_pct=tolerance, cluster_for_rate=cluster_for_rate,
