@@ -46,14 +46,19 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   every other's, at event granularity;
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU;
-* ranks_per_host > 1 where two messages would share a NIC direction at once (recursive
-  doubling and rabenseifner, whose ranks all exchange across hosts at once; rings of groups
-  cutting across hosts, whose hosts carry several ring edges; dp, whose devices' gradients
-  would queue behind each other before the root's): they queue there in simpy's event order.
-  The world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
-  host queue behind each other, but only the root's last delivery counts, which queueing
-  in front of its work-conserving receive direction does not change; trees, binomial ps and
-  DDP's buffer broadcast are checked for overlapping messages;
+* ranks_per_host > 1 where two messages would share a NIC direction at once and the
+  engine cannot follow simpy's event order there: rings of groups cutting across hosts,
+  whose hosts carry several ring edges; dp, whose devices' gradients would queue behind each
+  other before the root's; and the messages of trees, recursive doubling, rabenseifner,
+  binomial ps and DDP's buffer broadcast where the order of ranks starting at one instant
+  (after a straggler, a slow link or the buffer broadcast) decides their queue and no replay
+  in other orders agrees (``fast_collectives.replay``).  Elsewhere those schedules' messages
+  queue as in the DES: the run's collectives are replayed through FIFO NIC directions with
+  simpy's tie order (``commsim.sim.fast_queues``), over two hosts where a power of two of
+  alike hosts run a doubling algorithm.  The world ring and hierarchical keep one rank per
+  NIC direction; linear ps's senders on one host queue behind each other, but only the root's
+  last delivery counts, which queueing in front of its work-conserving receive direction
+  does not change;
 * calibrated contention that would slow a message while compute runs on the same cores;
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
@@ -66,9 +71,13 @@ from __future__ import annotations
 import numpy as np
 
 from commsim.costs import CostInputs
-from commsim.sim.fast_collectives import (ALLREDUCE, Block, NotExact, Run,
-                                          binomial_broadcast, binomial_gather_mean_scatter,
-                                          cpu_rate, host_bandwidths, intra_link, lcm)
+from commsim.sim import fast_queues
+from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
+                                          binomial_broadcast,
+                                          binomial_gather_mean_scatter,
+                                          binomial_gather_scatter_schedules, cpu_rate,
+                                          host_bandwidths, intra_link, lcm, replay,
+                                          uniform_cluster)
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 
@@ -178,6 +187,10 @@ def _blocks(spec: RunSpec, algorithm: str) -> tuple[np.ndarray, list[Block]]:
     if algorithm == "ring" and g == p and uniform:
         q = 1 if c.hosts == 1 else rph            # every ring edge inside the one host
         return np.arange(q), [Block(np.arange(q)[None], p, 1)]
+    if (algorithm in ("recursive_doubling", "rabenseifner") and uniform and rph > 1
+            and g & (g - 1) == 0 and g % (2 * rph) == 0 and p % g == 0):
+        # Power-of-two groups of whole hosts, every host alike: two hosts stand for them all.
+        return np.arange(2 * rph), [Block(np.arange(2 * rph)[None], g, alike=True)]
     n = p
     if uniform and p % lcm(g, rph) == 0:
         n = lcm(g, rph)                           # groups and hosts repeat together
@@ -217,10 +230,9 @@ def _buffer_broadcast(spec: RunSpec, costs: CostInputs, start):
     p, n = spec.world_size, float(costs.buffer_bytes)
     if not spec.broadcast_buffers or p <= 1 or n <= 0:
         return None, None
-    run = Run(spec, costs, np.arange(p), nic_intervals=True)
+    run = Run(spec, costs, np.arange(p))
     post = (start + costs.overhead("broadcast"))[None]
     done = binomial_broadcast(run, Block(np.arange(p)[None], p), post, n, "broadcast")
-    run.check_nic_intervals()
     return float(done.max()), run
 
 
@@ -251,36 +263,22 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             start = np.full(p, end)
 
     ranks, blocks = _blocks(spec, algorithm)
-    run = Run(spec, costs, ranks, nic_intervals=True)
     f, start, comm, begin = factor[ranks], start[ranks], comm[ranks], begin[ranks]
     forward = start + costs.forward_s * f / a
     backward_work = costs.backward_s * f
     backward_end = forward + backward_work / a
     optimizer = costs.optimizer_s * f / a
-    if buckets:
-        fp16 = spec.compression == "fp16"
-        # Reductions compete with backward only if they can start before it ends.
-        if spec.overlap and run.r < run.a:
-            run.backward_end = backward_end.copy()
-        end = forward
-        for bucket in costs.buckets:
-            backward_end = backward_end if run.backward_end is None else run.backward_end
-            if spec.overlap:   # when backward's progress reaches the bucket's last gradient
-                ready = backward_end - backward_work * (1.0 - bucket.ready_fraction) / a
-            else:
-                ready = backward_end
-            launch = np.maximum(ready, end)
-            end = _allreduce(run, blocks, algorithm, launch, bucket.bytes, fp16=fp16)
-            comm = comm + (end - launch)
-        backward_end = backward_end if run.backward_end is None else run.backward_end
-        synced = np.maximum(backward_end, end)
-    else:
-        synced = backward_end
-        for nbytes in costs.param_bytes:
-            end = _allreduce(run, blocks, algorithm, synced, nbytes)
-            comm = comm + (end - synced)
-            synced = end
-    run.check_nic_intervals()
+    run = Run(spec, costs, ranks)
+    run.replays = True
+    try:
+        synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
+                                                  backward_work, backward_end, a)
+    except Replay:             # messages would queue on a NIC: every collective at once
+        run = Run(spec, costs, ranks)
+        synced, synced_comm, backward_end = _sync_replayed(run, blocks, algorithm, buckets,
+                                                           forward, backward_work,
+                                                           backward_end, a)
+    comm = comm + synced_comm
     finish = synced + optimizer
     compute = begin + (forward - start) + (backward_end - forward) + optimizer
 
@@ -290,6 +288,105 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         sent, received = sent + bcast.sent, received + bcast.received
         tx, rx = tx + _hosts_of(spec, bcast.nic_sent), rx + _hosts_of(spec, bcast.nic_received)
     return _timing(p, finish, compute, comm, sent, received, tx, rx)
+
+
+def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,
+          backward_end, a: float):
+    """``ring_like``'s all-reduces, collective by collective over all ranks at once: when
+    each rank is synchronised, its time in them, and when its backward ends.  Raises
+    ``Replay`` where their messages would queue on a NIC."""
+    spec, costs = run.spec, run.costs
+    comm = np.zeros(backward_end.size)
+    if not buckets:
+        synced = backward_end
+        for nbytes in costs.param_bytes:
+            end = _allreduce(run, blocks, algorithm, synced, nbytes)
+            comm = comm + (end - synced)
+            synced = end
+        return synced, comm, backward_end
+    fp16 = spec.compression == "fp16"
+    # Reductions compete with backward only if they can start before it ends.
+    if spec.overlap and run.r < run.a:
+        run.backward_end = backward_end.copy()
+    end = forward
+    for bucket in costs.buckets:
+        backward_end = backward_end if run.backward_end is None else run.backward_end
+        if spec.overlap:   # when backward's progress reaches the bucket's last gradient
+            ready = backward_end - backward_work * (1.0 - bucket.ready_fraction) / a
+        else:
+            ready = backward_end
+        launch = np.maximum(ready, end)
+        end = _allreduce(run, blocks, algorithm, launch, bucket.bytes, fp16=fp16)
+        comm = comm + (end - launch)
+    backward_end = backward_end if run.backward_end is None else run.backward_end
+    return np.maximum(backward_end, end), comm, backward_end
+
+
+def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,
+                   backward_end, a: float):
+    """``_sync`` where messages queue on a NIC: every rank's processes as the DES runs them,
+    replayed through the NIC queues and the hosts' CPUs (``fast_collectives.replay``).
+
+    A rank's collectives, per tensor (or DDP bucket, once backward has reached it): the
+    collective begins, its overhead, its schedule (with the divide), it ends; with fp16 the
+    casts go around a schedule of half the bytes; a group of one calls nothing.  Then the
+    optimizer step (a CPU job, as the DES's, whose start reschedules the host's timer).  With
+    DDP the collectives are a process of their own, started after forward by the rank's
+    compute process, which computes backward bucket by bucket (signalling each bucket ready),
+    waits for the collectives, then steps."""
+    spec, costs = run.spec, run.costs
+    n = run.ranks.size
+    fp16 = buckets and spec.compression == "fp16"
+    sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
+    collectives = [[] for _ in range(n)]
+    messages = [[] for _ in range(6)]
+    overhead = costs.overhead("all_reduce")
+    for i, nbytes in enumerate(sizes):
+        for program in collectives:
+            program += [(fast_queues.READY, i), (fast_queues.MARK,)] if buckets \
+                else [(fast_queues.MARK,)]
+        cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
+        for blk in blocks:
+            if blk.size <= 1:
+                continue
+            sched = SCHEDULES[algorithm](run, blk, average=not fp16)
+            steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages)
+            for k, body in zip(blk.idx.ravel().tolist(), steps):
+                collectives[k] += [(fast_queues.ENTER,), *cast, (fast_queues.WAIT, overhead),
+                                   *body, *cast, (fast_queues.EXIT,)]
+        for program in collectives:
+            program.append((fast_queues.MARK,))
+    optimizer = [(fast_queues.COMPUTE, costs.optimizer_s * f) for f in run.factor]
+    # Ranks start in rank order on a uniform cluster, unless DDP's buffer broadcast let them
+    # go in the order they got the buffers; where two hosts stand for all, each host's ranks
+    # start in the same order, whichever it is.
+    broadcast = buckets and spec.broadcast_buffers and costs.buffer_bytes > 0
+    known = blocks[0].alike or (uniform_cluster(spec) and not broadcast)
+    if not buckets:
+        programs = [c + [o] for c, o in zip(collectives, optimizer)]
+        _, marks = replay(run, messages, programs, backward_end, order_known=known)
+        marks = np.array(marks)
+        return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1), backward_end
+    computes = []
+    for k in range(n):
+        program, done = [(fast_queues.SPAWN,)], 0.0
+        for i, bucket in enumerate(costs.buckets):
+            if spec.overlap:
+                segment = (bucket.ready_fraction - done) * backward_work[k]
+                if segment > 0:
+                    program.append((fast_queues.COMPUTE, segment))
+                done = max(done, bucket.ready_fraction)
+                program.append((fast_queues.SIGNAL, i))
+        if done < 1.0:
+            program.append((fast_queues.COMPUTE, (1.0 - done) * backward_work[k]))
+        program.append((fast_queues.MARK,))
+        if not spec.overlap:
+            program += [(fast_queues.SIGNAL, i) for i in range(len(costs.buckets))]
+        computes.append(program + [(fast_queues.JOIN,), (fast_queues.MARK,), optimizer[k]])
+    _, marks = replay(run, messages, collectives + computes, forward, np.arange(n, 2 * n),
+                      pairs=n, order_known=known)
+    done, steps = np.array(marks[:n]), np.array(marks[n:])
+    return steps[:, 1], (done[:, 1::2] - done[:, 0::2]).sum(axis=1), steps[:, 0]
 
 
 def _fifo(arrive, serve):
@@ -354,11 +451,15 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
     t = backward_end.copy()
     if p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial":
-        run = Run(spec, costs, np.arange(p), nic_intervals=True)
+        run = Run(spec, costs, np.arange(p))
+        run.replays = True
         blk = Block(np.arange(p)[None], p)
-        for n in costs.param_bytes:
-            t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
-        run.check_nic_intervals()
+        try:
+            for n in costs.param_bytes:
+                t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
+        except Replay:         # messages would queue on a NIC: every tensor at once
+            run = Run(spec, costs, np.arange(p))
+            t = _binomial_ps_replayed(run, blk, backward_end)
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = cpu_rate(c.cores_per_host, 1)
@@ -376,6 +477,27 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     nic = _hosts_of(spec, crossing)
     nic[0] = crossing.sum()
     return _timing(p, t + optimizer, compute, t - backward_end, sent, sent, nic, nic)
+
+
+def _binomial_ps_replayed(run: Run, blk: Block, backward_end):
+    """Binomial ps where messages queue on a NIC: every rank's process (per tensor: begin, the
+    gather's overhead and schedule with the root's mean, the scatter's, end; then the
+    optimizer step), replayed through the NIC queues.  When each rank is synchronised."""
+    costs = run.costs
+    gather, scatter = binomial_gather_scatter_schedules(run, blk)
+    programs = [[] for _ in range(run.ranks.size)]
+    messages = [[] for _ in range(6)]
+    for n in costs.param_bytes:
+        parts = (gather.replayed(n, messages), scatter.replayed(n, messages))
+        for k, (up, down) in enumerate(zip(*parts)):
+            programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),
+                            *up, (fast_queues.WAIT, costs.overhead("scatter")), *down,
+                            (fast_queues.EXIT,)]
+    for k, program in enumerate(programs):
+        program += [(fast_queues.MARK,),
+                    (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
+    _, marks = replay(run, messages, programs, backward_end, order_known=uniform_cluster(run.spec))
+    return np.array(marks)[:, 0]
 
 
 def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: float) -> Timing:

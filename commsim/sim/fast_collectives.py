@@ -12,13 +12,15 @@ ring's 2(p-1) steps are aggregated (``_ring_phase``, ``RingPaths``).
 
 That walk is exact while no NIC direction carries two messages at once and no host's cores are
 oversubscribed by a rank's own threads.  The first is checked on shared hosts: a ring must keep
-one rank per host on each NIC direction (``Run.claim_nic``), and a schedule's messages must not
-overlap in time on any direction (``Run.check_nic_intervals``: then no message ever waits, and
-the times computed without queues are the DES's).  The second is ``fast.unsupported``'s
-business, except for DDP's Gloo thread beside backward, which ``Run.gloo`` models with
-processor sharing.  With one rank per host it always
-holds: a rank has at most one send and one receive in flight, and only the parameter server's
-root talks to many ranks at once (``fast`` handles that queue itself).
+one rank per host on each NIC direction (``Run.claim_nic``); a schedule's messages are first
+timed without queues, and where two would meet on a direction (``NicState.accept``) the run's
+collectives are replayed through the NICs' FIFO queues, rank by rank (``Replay``, ``replay``
+and ``commsim.sim.fast_queues``).  On a uniform cluster the doubling algorithms over a power
+of two of alike hosts replay two of them (``Block.alike``).  The second is
+``fast.unsupported``'s business, except for DDP's Gloo thread beside backward, which
+``Run.gloo`` models with processor sharing.  With one rank per host the first always holds: a
+rank has at most one send and one receive in flight, and only the parameter server's root
+talks to many ranks at once (``fast`` handles that queue itself).
 """
 from __future__ import annotations
 
@@ -29,15 +31,13 @@ import numpy as np
 
 from commsim.costs import CostInputs
 from commsim.errors import UserError
-from commsim.sim import collectives
+from commsim.sim import collectives, fast_queues
+from commsim.sim.fast_queues import NicState
 from commsim.spec import RunSpec
 
 # A step whose per-rank advances differ by less than this (relative to the clock) has reached
 # the max-plus eigenvector; the rest differ only by float rounding.
 _EIGEN_RTOL = 1e-12
-# Two intervals on one NIC direction that overlap by less than this (relative to the clock)
-# touch: float rounding of two times the DES computes as equal.
-_TOUCH_RTOL = 1e-12
 
 
 class NotExact(UserError):
@@ -79,22 +79,26 @@ class Block:
              larger one (a homogeneous cluster: every host's ranks behave alike).
     stride:  for such a period, how far the ring's next rank is (1: the world ring; ranks per
              host: the ring of hosts' first ranks); None otherwise.
+    alike:   the row is two hosts' ranks standing for a power of two of them (``size``) on
+             alike hosts, for the doubling algorithms (``_folded``).
     """
     idx: np.ndarray
     size: int
     stride: int | None = None
+    alike: bool = False
 
 
 class Run:
     """The simulated ranks of one fast-engine run: their links, Gloo threads, and the bytes they
     sent.  ``ranks`` are global rank numbers; every per-rank array here is indexed like them."""
 
-    def __init__(self, spec: RunSpec, costs: CostInputs, ranks, *, nic_intervals: bool = False):
+    def __init__(self, spec: RunSpec, costs: CostInputs, ranks):
         c = spec.cluster
         self.spec, self.costs = spec, costs
         self.p = spec.world_size
         self.rph = c.ranks_per_host
         self.ranks = np.asarray(ranks, dtype=np.int64)
+        self.factor = np.array([spec.stragglers.get(r, 1.0) for r in self.ranks.tolist()])
         self.bw = host_bandwidths(c)
         self.lat = c.nic_latency_s
         self.intra_lat, self.intra_bw = intra_link(c)
@@ -110,10 +114,13 @@ class Run:
         # nothing more competed (None: nothing competes).
         self.backward_end = None
         # Ranks sharing a host could queue on its NIC.  A ring's hosts each keep one rank per
-        # direction, claimed here; a schedule's messages (``nic_intervals``) have their busy
-        # intervals kept, and ``check_nic_intervals`` finds any overlap afterwards.
+        # direction, claimed here; a schedule's messages go through the hosts' NIC queues
+        # (``nics``: when each direction is free, over the run's collectives).
         self.shared_nics = self.rph > 1 and c.hosts > 1
-        self._intervals = [] if nic_intervals and self.shared_nics else None
+        self.nics = NicState(c.hosts) if self.shared_nics else None
+        # Whether a schedule whose messages would queue raises ``Replay`` (the caller then
+        # replays all its collectives at once, ``replay``) rather than replaying itself alone.
+        self.replays = False
         if self.shared_nics:
             self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
             self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
@@ -142,30 +149,6 @@ class Run:
                 raise NotExact("several ranks of one host use its NIC in one direction, and the "
                                "DES queues their messages in its event order")
 
-    @property
-    def recording_nics(self) -> bool:
-        return self._intervals is not None
-
-    def record_nic(self, src, dst, begin, end) -> None:
-        """``nic_intervals`` mode: inter-host messages src -> dst busy from ``begin`` to ``end``."""
-        self._intervals.append((src // self.rph, dst // self.rph, begin, end))
-
-    def check_nic_intervals(self) -> None:
-        """No NIC direction was busy with two messages at once (``nic_intervals`` mode): every
-        message the schedules timed started on idle directions, as in the DES."""
-        if not self._intervals:
-            return
-        hs, hd, begin, end = (np.concatenate([np.ravel(a) for a in x])
-                              for x in zip(*self._intervals))
-        scale = max(1.0, float(np.abs(end).max()))
-        for hosts in (hs, hd):
-            order = np.lexsort((begin, hosts))
-            h, b, e = hosts[order], begin[order], end[order]
-            same = h[1:] == h[:-1]
-            if np.any(same & (b[1:] < e[:-1] - _TOUCH_RTOL * scale)):
-                raise NotExact("two messages would share a NIC direction, and the DES queues "
-                               "them in its event order")
-
     # -- CPU -----------------------------------------------------------------------------------
 
     def gloo(self, idx, start, work, cols=None):
@@ -186,7 +169,7 @@ class Run:
         depend on the bytes)."""
         key = (name, id(blk.idx))
         if key not in self._schedules:
-            sched = Schedule(self, blk.idx)
+            sched = Schedule(self, blk.idx, blk.alike)
             build(sched)
             self._schedules[key] = sched
         return self._schedules[key]
@@ -570,8 +553,9 @@ class Schedule:
     * gloo(cols, work): those positions reduce work·n.
     """
 
-    def __init__(self, run: Run, idx):
+    def __init__(self, run: Run, idx, alike: bool = False):
         self.idx = idx
+        self.alike = alike
         self._run = run
         self.steps: list[tuple] = []
         self._flat = _cols(idx.reshape(-1))
@@ -583,8 +567,6 @@ class Schedule:
         run = self._run
         gs, gd = run.ranks[self.idx[:, src]], run.ranks[self.idx[:, dst]]
         lat, per_byte, inter = run.link(gs, gd, collective)
-        if run.shared_nics and not run.recording_nics and inter.any():
-            run.claim_nic(gs[inter], gd[inter])
         mult = np.broadcast_to(np.asarray(mult, dtype=float), gs.shape[1:])
         self.sent[:, src] += mult
         self.received[:, dst] += mult
@@ -610,9 +592,18 @@ class Schedule:
 
     def run(self, T, nbytes: float):
         """The steps from post times ``T`` (rows x columns of the block) for a collective of
-        ``nbytes``: when each position is done."""
+        ``nbytes``: when each position is done.
+
+        Without queues first: a message starts when both ends have posted.  On shared hosts
+        the run's NIC queues must agree (``NicState.accept``: no message met another on a
+        direction); where they do not, the collective is replayed through them
+        (``fast_queues.simulate``)."""
         run, idx = self._run, self.idx
         T = np.array(T, dtype=float)
+        if run.nics is not None:
+            start = T.copy()
+            backward_end = None if run.backward_end is None else run.backward_end.copy()
+        crossed = []
         for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
             if kind == _GLOO:
                 T[:, src] = run.gloo(idx, _get(T, src), work * nbytes, src)
@@ -625,9 +616,10 @@ class Schedule:
                 begin = np.maximum(begin, np.take(begin, dst, axis=1))
             got = begin + (lat + size * per_byte)
             inter, ends = crossing
-            if run.recording_nics and ends is not None:
+            if run.nics is not None and ends is not None:
                 busy = np.broadcast_to(size * per_byte, begin.shape)[inter]
-                run.record_nic(*ends, begin[inter], begin[inter] + busy)
+                crossed.append((ends[0] // run.rph, ends[1] // run.rph, begin[inter],
+                                begin[inter] + busy))
             # An exchange's two messages start together (max of the partners' posts) and cost
             # the same (one link, both ways): both are delivered at ``got``, the all_of too.
             done = run.gloo(idx, got, work * nbytes, dst if kind == _SEND else src) \
@@ -637,11 +629,144 @@ class Schedule:
                 T[:, dst] = done
             else:
                 T[:, src] = done
+        if crossed and not run.nics.accept(*(np.concatenate(x) for x in zip(*crossed))):
+            if run.replays:
+                raise Replay
+            # Alone: the first collective on these NICs (DDP's buffer broadcast), every rank
+            # leaving when it is done.
+            run.backward_end = backward_end
+            programs, messages = self.program(nbytes)
+            flat = idx.ravel()
+            whole = [[] for _ in range(run.ranks.size)]
+            for k, program in zip(flat.tolist(), programs):
+                whole[k] = program
+            finish, _ = replay(run, messages, whole, start.ravel(), flat,
+                               order_known=self.alike or uniform_cluster(run.spec))
+            T = finish[idx]
+        self.account(nbytes)
+        return T
+
+    def account(self, nbytes: float) -> None:
+        """The bytes one collective of ``nbytes`` sends and receives, on the run's ranks."""
+        run = self._run
         run.sent[self._flat] += nbytes * self.sent.reshape(-1)
         run.received[self._flat] += nbytes * self.received.reshape(-1)
         run.nic_sent[self._flat] += nbytes * self.nic_sent.reshape(-1)
         run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
-        return T
+
+    def replayed(self, nbytes: float, messages):
+        """One more collective of ``nbytes`` for a replay of several: its messages appended
+        to ``messages`` (six lists, as ``program`` gives them), its bytes counted; per
+        position, its actions."""
+        steps, mine = self.program(nbytes, len(messages[0]))
+        for column, more in zip(messages, mine):
+            column += more
+        self.account(nbytes)
+        return steps
+
+    def program(self, nbytes: float, first: int = 0):
+        """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
+        of the block (row-major), its actions (sends, receives, exchanges, reductions); and
+        its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host)
+        lists, src and dst as indices into the run's ranks, hosts -1 inside a host."""
+        run, idx = self._run, self.idx
+        rows, width = idx.shape
+        programs = [[] for _ in range(rows * width)]
+        messages = []
+        count = first
+        for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
+            cols = np.arange(width)[src]
+            flat = np.arange(rows * width).reshape(rows, width)
+            if kind == _GLOO:
+                for k in flat[:, cols].ravel().tolist():
+                    programs[k].append((fast_queues.GLOO, work * nbytes))
+                continue
+            to = np.arange(width)[dst] if kind == _SEND else cols[dst]
+            s, d = flat[:, cols], flat[:, to]
+            inter = crossing[0]
+            hs = np.where(inter, run.ranks[idx[:, cols]] // run.rph, -1)
+            hd = np.where(inter, run.ranks[idx[:, to]] // run.rph, -1)
+            ids = count + np.arange(s.size).reshape(s.shape)
+            messages.append((idx[:, cols], idx[:, to], np.broadcast_to(lat, s.shape),
+                             np.broadcast_to(mult * nbytes * per_byte, s.shape), hs, hd))
+            count += s.size
+            after = (fast_queues.GLOO, work * nbytes)
+            if kind == _SEND:
+                for a, b, m in zip(s.ravel().tolist(), d.ravel().tolist(), ids.ravel().tolist()):
+                    programs[a].append((fast_queues.SEND, m))
+                    programs[b].append((fast_queues.RECV, m))
+                    if work:
+                        programs[b].append(after)
+            else:
+                back = ids[:, dst]                 # the message each position receives
+                for a, m, r in zip(s.ravel().tolist(), ids.ravel().tolist(),
+                                   back.ravel().tolist()):
+                    programs[a].append((fast_queues.EXCHANGE, m, r))
+                    if work:
+                        programs[a].append(after)
+        messages = [np.concatenate([np.ravel(x[i]) for x in messages]).tolist()
+                    if messages else [] for i in range(6)]
+        return programs, messages
+
+
+# Random orders (besides the reverse) in which ``replay`` starts processes that start at one
+# instant, to find times that depend on it.
+_ORDERS = 3
+
+
+def uniform_cluster(spec: RunSpec) -> bool:
+    """No straggler and no slow link: every host alike."""
+    return not spec.stragglers and not spec.cluster.slow_links_Bps
+
+
+class Replay(Exception):
+    """A schedule's messages would queue on a NIC, in a run whose collectives are replayed
+    together (``Run.replays``)."""
+
+
+def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 0,
+           order_known: bool = True):
+    """``fast_queues.simulate`` of ``programs`` (one per process: the run's ranks, or with
+    ``pairs`` two per rank), with the run's links, Gloo threads, compute rate and NICs, from
+    ``start`` (for ``processes``, indices into the programs; the others start when spawned):
+    when each process ends, and its marks.
+
+    Processes starting at one instant start in simpy's event order, which ``simulate`` takes
+    to be rank order: so it is on a uniform cluster whose ranks did alike before.  Where they
+    did not (``order_known`` false: stragglers, slow links, a broadcast whose ranks leave in
+    the order they got the buffers), the times must not depend on it: the processes starting
+    at one instant are replayed in reverse order and in ``_ORDERS`` random orders too, and the
+    run declined if any differs.
+    """
+    if run.r < run.a:
+        raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
+                       "its NIC")
+    count = len(programs)
+    processes = np.arange(count) if processes is None else np.asarray(processes)
+    first = np.full(count, np.inf)
+    first[processes] = start
+    rank = np.arange(count) % run.ranks.size
+    hosts = (run.ranks[rank] // run.rph).tolist()
+
+    def gloo(k, t, work):
+        return t + work / run.b
+
+    def simulate(order, nics):
+        return fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
+                                    nics, pairs=pairs, compute_rate=run.a)
+
+    before = run.nics.copy()
+    finish, marks = simulate(run.ranks[rank].tolist(), run.nics)
+    if not order_known:
+        after = run.nics
+        rng = np.random.default_rng(0)
+        for order in (-run.ranks[rank], *(rng.permutation(count) for _ in range(_ORDERS))):
+            run.nics = before.copy()
+            again, _ = simulate(order.tolist(), run.nics)
+            if not np.allclose(finish, again, rtol=1e-12, atol=0.0):
+                raise NotExact(fast_queues.MEET)
+        run.nics = after
+    return np.array(finish), marks
 
 
 # -- trees and recursive doubling ----------------------------------------------------------------
@@ -676,8 +801,9 @@ def binomial_broadcast(run: Run, blk: "Block", T, nbytes: float, collective: str
                         lambda s: _binomial_broadcast(s, width, collective)).run(T, nbytes)
 
 
-def tree_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
-    """``collectives.tree_allreduce``: binomial reduce to the first rank, binomial broadcast."""
+def tree_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
+    """``collectives.tree_allreduce`` after the overhead: binomial reduce to the first rank,
+    binomial broadcast, divide."""
     width = blk.idx.shape[1]
     gamma = run.costs.gamma_s_per_B
 
@@ -687,65 +813,89 @@ def tree_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True)
         if average:
             s.gloo(np.arange(width), gamma)
 
-    T = t + run.costs.overhead("all_reduce")
-    return run.schedule(f"tree {average}", blk, build).run(T, nbytes)
+    return run.schedule(f"tree {average}", blk, build)
 
 
-def _folded(sched: Schedule, width: int, gamma: float, average: bool, power_of_two) -> None:
+def _folded(sched: Schedule, blk: Block, gamma: float, average: bool, power_of_two) -> None:
     """``collectives._folded_allreduce`` after the overhead: MPICH's fold of the first 2r
-    positions onto the odd ones, ``power_of_two(sched, survivors, q)`` among the q survivors,
-    the fold back, the divide."""
-    q = 1 << (width.bit_length() - 1)
-    r = width - q
-    even = np.arange(0, 2 * r, 2)
-    if r:
-        sched.send(even, even + 1, work=gamma)
-    j = np.arange(q)
-    power_of_two(sched, np.where(j < r, 2 * j + 1, j + r), q)
-    if r:
-        sched.send(even + 1, even)
+    positions onto the odd ones, ``power_of_two(sched, survivors, q, partner)`` among the q
+    survivors (``partner(d)``: the survivor d away from each, as indices into survivors), the
+    fold back, the divide.
+
+    A block of two alike hosts (``Block.alike``) stands for a power of two of ranks over alike
+    hosts: nothing folds, and a partner a host or more away (d >= ranks per host, which keeps
+    the rank's place in its host) is the rank's twin on the other host, whose times equal
+    those of the real partner by symmetry."""
+    width = blk.idx.shape[1]
+    if blk.alike:
+        survivors, local = np.arange(width), width // 2
+        power_of_two(sched, survivors, blk.size, lambda d: survivors ^ min(d, local))
+    else:
+        q = 1 << (width.bit_length() - 1)
+        r = width - q
+        even = np.arange(0, 2 * r, 2)
+        if r:
+            sched.send(even, even + 1, work=gamma)
+        j = np.arange(q)
+        power_of_two(sched, np.where(j < r, 2 * j + 1, j + r), q, lambda d: j ^ d)
+        if r:
+            sched.send(even + 1, even)
     if average:
         sched.gloo(np.arange(width), gamma)
 
 
-def recursive_doubling_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
-    """``collectives.recursive_doubling_allreduce``: exchange the whole buffer with the
-    survivor 2^k away and add, for k = 0, 1, ..."""
-    width = blk.idx.shape[1]
+def recursive_doubling_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
+    """``collectives.recursive_doubling_allreduce`` after the overhead: exchange the whole
+    buffer with the survivor 2^k away and add, for k = 0, 1, ..."""
     gamma = run.costs.gamma_s_per_B
 
-    def doubling(sched, survivors, q):
+    def doubling(sched, survivors, q, partner):
         mask = 1
         while mask < q:
-            sched.exchange(survivors, np.arange(q) ^ mask, work=gamma)
+            sched.exchange(survivors, partner(mask), work=gamma)
             mask <<= 1
 
-    sched = run.schedule(f"recursive_doubling {average}", blk,
-                         lambda s: _folded(s, width, gamma, average, doubling))
-    return sched.run(t + run.costs.overhead("all_reduce"), nbytes)
+    return run.schedule(f"recursive_doubling {average}", blk,
+                        lambda s: _folded(s, blk, gamma, average, doubling))
 
 
-def rabenseifner_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
-    """``collectives.rabenseifner_allreduce``: recursive halving (exchange and add halves of the
-    segment with the survivor q/2, q/4, ... away), then recursive doubling of the segments."""
-    width = blk.idx.shape[1]
+def rabenseifner_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
+    """``collectives.rabenseifner_allreduce`` after the overhead: recursive halving (exchange
+    and add halves of the segment with the survivor q/2, q/4, ... away), then recursive
+    doubling of the segments."""
     gamma = run.costs.gamma_s_per_B
 
-    def halving_doubling(sched, survivors, q):
+    def halving_doubling(sched, survivors, q, partner):
         seg, dist = 1.0, q // 2
         while dist >= 1:
             seg /= 2
-            sched.exchange(survivors, np.arange(q) ^ dist, seg, work=seg * gamma)
+            sched.exchange(survivors, partner(dist), seg, work=seg * gamma)
             dist //= 2
         dist = 1
         while dist < q:
-            sched.exchange(survivors, np.arange(q) ^ dist, seg)
+            sched.exchange(survivors, partner(dist), seg)
             seg *= 2
             dist *= 2
 
-    sched = run.schedule(f"rabenseifner {average}", blk,
-                         lambda s: _folded(s, width, gamma, average, halving_doubling))
-    return sched.run(t + run.costs.overhead("all_reduce"), nbytes)
+    return run.schedule(f"rabenseifner {average}", blk,
+                        lambda s: _folded(s, blk, gamma, average, halving_doubling))
+
+
+# The all-reduces that are schedules of messages (their NIC queues can be replayed).
+SCHEDULES = {"tree": tree_schedule, "recursive_doubling": recursive_doubling_schedule,
+             "rabenseifner": rabenseifner_schedule}
+
+
+def _scheduled(name: str):
+    def allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
+        return SCHEDULES[name](run, blk, average).run(t + run.costs.overhead("all_reduce"),
+                                                     nbytes)
+    allreduce.__doc__ = f"``collectives.{name}_allreduce``: the overhead, then its schedule."
+    return allreduce
+
+
+tree_allreduce, recursive_doubling_allreduce, rabenseifner_allreduce = (
+    _scheduled(name) for name in ("tree", "recursive_doubling", "rabenseifner"))
 
 
 def hierarchical_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True):
@@ -776,10 +926,10 @@ def hierarchical_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool
 ALLREDUCE = {name: globals()[f"{name}_allreduce"] for name in collectives.ALLREDUCE}
 
 
-def binomial_gather_mean_scatter(run: Run, blk: Block, t, nbytes: float):
-    """``collectives.binomial_gather_mean_scatter`` with root 0 (position 0 of each row): a
-    rank forwards its subtree's buffers up, the root takes the mean, the subtrees' shares go
-    down."""
+def binomial_gather_scatter_schedules(run: Run, blk: Block) -> tuple[Schedule, Schedule]:
+    """``collectives.binomial_gather_mean_scatter`` with root 0 (position 0 of each row), its
+    two schedules, each after its overhead: a rank forwards its subtree's buffers up and the
+    root takes the mean; the subtrees' shares go down."""
     costs = run.costs
     width = blk.idx.shape[1]
 
@@ -794,9 +944,17 @@ def binomial_gather_mean_scatter(run: Run, blk: Block, t, nbytes: float):
     def scatter(s):
         _binomial_broadcast(s, width, "scatter", share=lambda m, dst: np.minimum(m, width - dst))
 
-    T = run.schedule("binomial gather", blk, gather).run(t + costs.overhead("gather"), nbytes)
-    return run.schedule("binomial scatter", blk, scatter).run(T + costs.overhead("scatter"),
-                                                             nbytes)
+    return (run.schedule("binomial gather", blk, gather),
+            run.schedule("binomial scatter", blk, scatter))
+
+
+def binomial_gather_mean_scatter(run: Run, blk: Block, t, nbytes: float):
+    """``collectives.binomial_gather_mean_scatter``: the gather's overhead and schedule, the
+    scatter's."""
+    costs = run.costs
+    gather, scatter = binomial_gather_scatter_schedules(run, blk)
+    T = gather.run(t + costs.overhead("gather"), nbytes)
+    return scatter.run(T + costs.overhead("scatter"), nbytes)
 
 
 def lcm(a: int, b: int) -> int:

@@ -1,0 +1,310 @@
+"""Messages queueing on shared NIC directions, as the DES queues them, for the fast engine.
+
+With several ranks per host, a collective's messages can meet on one NIC direction: recursive
+doubling and Rabenseifner send every rank of a host to another host at once, and trees or folds
+load a host's NIC unevenly once a straggler or a slow link shifts the ranks.  The DES
+(``commsim.sim.engine.Network``) then queues them: a transfer requests its sender's transmit
+direction when the send and the receive are both posted, holds it while it requests the
+receiver's receive direction, transmits, and releases both (simpy resources: FIFO in request
+order).  ``NicState`` keeps, per host, when each direction is free and when it was last
+requested, across the collectives of one run; ``simulate`` replays one collective's messages
+through those queues.
+
+``simulate`` is a small event simulation over the collective's ranks, in time order with
+simpy's tie order: events at one instant run in the order they were scheduled, and every step
+the DES takes through simpy's queue between two actions (a resource granted, a release
+processed, a transfer's completion delivered, an all_of completed, a process resumed) is one
+event here too, so that two messages asking for one direction at the same instant queue as in
+the DES.  The ranks of a collective that start at one instant start in rank order, as the
+DES's processes do.  It costs O(messages log messages) Python operations: the fast engine runs
+it only for a collective whose messages would meet (``NicState.accept`` says), and on a
+uniform cluster for one representative pair of hosts (``fast_collectives``).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+# Two times closer than this (relative to the clock) are one instant: float rounding.
+_TOUCH_RTOL = 1e-12
+
+MEET = ("messages meet on a NIC direction at one instant, and the DES queues them in the "
+        "order its event history gives them")
+
+# A CPU job this close to its end (seconds) is done (the DES's residue guard on work left).
+_DUE_S = 1e-15
+
+# Actions of a rank's program.
+SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN = \
+    range(13)
+# Events.
+_RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
+    _DONE, _SIGNALLED, _ENDED = range(11)
+
+
+class NicState:
+    """Per host, when its transmit and receive directions are free and when they were last
+    requested, over the collectives of one run (one rank per host on a direction at a time is
+    the DES's FIFO without waiting)."""
+
+    def __init__(self, hosts: int):
+        self.free = (np.full(hosts, -np.inf), np.full(hosts, -np.inf))        # tx, rx
+        self.requested = (np.full(hosts, -np.inf), np.full(hosts, -np.inf))
+
+    def copy(self) -> "NicState":
+        other = NicState(0)
+        other.free = tuple(x.copy() for x in self.free)
+        other.requested = tuple(x.copy() for x in self.requested)
+        return other
+
+    def accept(self, hs, hd, begin, end) -> bool:
+        """Messages timed without queues (``begin`` .. ``end`` on directions ``hs`` -> ``hd``):
+        True, and recorded, if none overlaps another or starts before its directions are free
+        (then no message waited, as the times assumed); False, and nothing recorded, if some
+        message would have queued."""
+        if begin.size == 0:
+            return True
+        scale = max(1.0, float(np.abs(end).max()))
+        tol = _TOUCH_RTOL * scale
+        for hosts, free in zip((hs, hd), self.free):
+            if np.any(begin < free[hosts] - tol):
+                return False
+            order = np.lexsort((begin, hosts))
+            h, b, e = hosts[order], begin[order], end[order]
+            if np.any((h[1:] == h[:-1]) & (b[1:] < e[:-1] - tol)):
+                return False
+        for hosts, free, requested in zip((hs, hd), self.free, self.requested):
+            np.maximum.at(free, hosts, end)
+            np.maximum.at(requested, hosts, begin)
+        return True
+
+
+class _Direction:
+    """One NIC direction as a simpy Resource of capacity 1: the holder, the FIFO of waiting
+    transfers, and whether a release is still to be processed."""
+    __slots__ = ("holder", "waiting")
+
+    def __init__(self):
+        self.holder = None
+        self.waiting = deque()
+
+
+def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
+             compute_rate: float = 1.0):
+    """When each process of the ranks ends (the DES's times, queues included), and its marks.
+
+    Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
+    DDP runs them, two per rank: process k (k < n) all-reduces rank k's buckets, process n + k
+    runs its compute and starts process k (``SPAWN``), as ``strategies.ddp`` does.
+
+    start:     per process, when it starts its program (inf: when spawned).
+    order:     per process, its place among those starting at one instant (simpy resumes them
+               in its event order; rank order on a uniform cluster).
+    host:      per process, its host (whose cores its jobs share with co-located ranks').
+    programs:  per process, its actions in order: (SEND, message), (RECV, message),
+               (EXCHANGE, message sent, message received), (GLOO, work seconds) on the Gloo
+               thread, (COMPUTE, work seconds) at ``compute_rate``, (WAIT, seconds),
+               (ENTER,) or (EXIT,) (a collective begins or ends: its host's CPU timer is set
+               again), (MARK,) (note the time); and with ``pairs``: (SPAWN,) (process n + k
+               starts process k), (SIGNAL, i) (process n + k: rank k's bucket i is ready),
+               (READY, i) (process k waits for that), (JOIN,) (process n + k waits for
+               process k to end).
+    messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
+               a host of -1 marks a message inside a host (no NIC: latency + busy).
+    gloo:      gloo(process, t, work) -> when its Gloo thread ends that work from t.
+    nics:      the run's NicState: directions busy before are waited for; a request earlier
+               than one an earlier collective made on that direction raises NotExact (the DES
+               would have served this one first, and the earlier collective's times change).
+
+    Steps: every process resumes at its start (in ``order`` for ties) and runs its program
+    until it waits: a reduction or compute is a job on its host's CPU, whose one timer (for
+    the job that ends first) is set again whenever a job arrives or ends there or a collective
+    begins or ends (``ProcessorSharingCPU._reschedule``), and ends every job due at once, in
+    arrival order; a spawned process runs as soon as its parent waits (simpy's Initialize is
+    urgent); a signal or a process's end is an event its waiter resumes on; a
+    wait is a timeout; a posted message is matched once both its ends have posted; a matched
+    message inside a host is delivered after its latency and busy time; one between hosts
+    requests the transmit direction, holds it while it requests the receive direction,
+    transmits, releases both (each waiter granted in FIFO order) and is delivered a latency
+    later; a rank waiting for its messages resumes when they all are delivered.
+    """
+    src, dst, lat, busy, tx_host, rx_host = messages
+    n = len(start)
+    hosts = sorted(set(host))                  # the hosts of these ranks: their NICs
+    directions = ({h: _Direction() for h in hosts}, {h: _Direction() for h in hosts})
+    posted = [0] * len(src)
+    waiting_on = [None] * len(src) * 2         # (message, side) -> rank waiting on it
+    pending = [0] * n                          # deliveries a process still waits for
+    fired = set()                              # signals and ends processed
+    waits = {}                                 # process -> the signal or end it waits for
+    spawned = []                               # processes to start at once
+    jobs = {}                                  # host -> [(end, rank)] in arrival order
+    timer = {}                                 # host -> the version of its valid timer
+    pc = [0] * n
+    finish = list(start)
+    marks = [[] for _ in range(n)]
+    queue = []
+    seq = 0
+
+    def push(t, kind, what):
+        nonlocal seq
+        heapq.heappush(queue, (t, seq, kind, what))
+        seq += 1
+
+    busy_before = [(dict(zip(hosts, free[hosts].tolist())),
+                    dict(zip(hosts, requested[hosts].tolist())))
+                   for free, requested in zip(nics.free, nics.requested)]
+    for d in (0, 1):                          # what earlier collectives left on the directions
+        for h in hosts:
+            if busy_before[d][0][h] > -np.inf:
+                directions[d][h].holder = -1
+                push(busy_before[d][0][h], _TX_RELEASED if d == 0 else _RX_RELEASED, h)
+    requested = [dict.fromkeys(hosts, -np.inf), dict.fromkeys(hosts, -np.inf)]
+    newest_free = [dict.fromkeys(hosts, -np.inf), dict.fromkeys(hosts, -np.inf)]
+
+    def refuse(reason):
+        from commsim.sim.fast_collectives import NotExact
+        raise NotExact(reason)
+
+    def request(d, h, m, t):
+        tol = _TOUCH_RTOL * max(1.0, abs(t))
+        if t < busy_before[d][1][h] - tol:
+            refuse("a message would take a NIC direction ahead of an earlier collective's, "
+                   "which the DES serves in request order")
+        direction = directions[d][h]
+        free = direction.holder is None and not direction.waiting
+        requested[d][h] = max(requested[d][h], t)
+        if free:
+            direction.holder = m
+            push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
+        else:
+            if direction.holder is None:       # released, its release not yet processed
+                grant(d, h, t)
+            direction.waiting.append(m)
+
+    def grant(d, h, t):
+        direction = directions[d][h]
+        if direction.holder is None and direction.waiting:
+            m = direction.waiting.popleft()
+            direction.holder = m
+            push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
+
+    def post(m, t):
+        posted[m] += 1
+        if posted[m] < 2:
+            return
+        if tx_host[m] < 0:
+            push(t + lat[m] + busy[m], _DELIVERED, m)
+        else:
+            request(0, tx_host[m], m, t)
+
+    def reschedule(h, t):
+        timer[h] = timer.get(h, 0) + 1
+        if jobs.get(h):
+            push(min(end for end, _ in jobs[h]), _TIMER, (h, timer[h]))
+
+    def run_rank(k, t):
+        """Process k's actions from t until one waits."""
+        program = programs[k]
+        while pc[k] < len(program):
+            action = program[pc[k]]
+            pc[k] += 1
+            kind = action[0]
+            if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
+                if action[1] > 0:
+                    end = gloo(k, t, action[1]) if kind == GLOO else t + action[1] / compute_rate
+                    jobs.setdefault(host[k], []).append((end, k))
+                    reschedule(host[k], t)
+                else:
+                    push(t, _RESUME, k)
+                return
+            if kind == EXCHANGE:
+                pending[k] = 2
+                waiting_on[2 * action[1]] = k
+                waiting_on[2 * action[2] + 1] = k
+                post(action[1], t)
+                post(action[2], t)
+                return
+            if kind == SEND or kind == RECV:
+                pending[k] = 1
+                waiting_on[2 * action[1] + (kind == RECV)] = k
+                post(action[1], t)
+                return
+            if kind == WAIT:
+                if action[1] > 0:
+                    push(t + action[1], _RESUME, k)
+                    return
+            elif kind == MARK:
+                marks[k].append(t)
+            elif kind == SPAWN:
+                spawned.append(k - pairs)
+            elif kind == SIGNAL:
+                push(t, _SIGNALLED, (k - pairs, action[1]))
+            elif kind == READY or kind == JOIN:
+                key = (k, action[1]) if kind == READY else (k - pairs, None)
+                if key not in fired:
+                    waits[k] = key
+                    return
+            else:                                  # ENTER, EXIT
+                reschedule(host[k], t)
+        finish[k] = t
+        if k < pairs:
+            push(t, _ENDED, k)                     # the process's own event
+
+    for k in sorted(range(n), key=lambda k: (start[k], order[k])):
+        if start[k] < np.inf:
+            push(start[k], _RESUME, k)
+    while queue:
+        t, _, kind, what = heapq.heappop(queue)
+        if kind == _RESUME:
+            run_rank(what, t)
+        elif kind == _SIGNALLED or kind == _ENDED:
+            key = what if kind == _SIGNALLED else (what, None)
+            k = what[0] if kind == _SIGNALLED else what + pairs
+            fired.add(key)
+            if waits.get(k) == key:
+                del waits[k]
+                run_rank(k, t)
+        elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
+            h, version = what
+            if version != timer[h]:
+                continue
+            due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
+            jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
+            for _, k in due:
+                push(t, _RESUME, k)
+            reschedule(h, t)
+        elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
+            request(1, rx_host[what], what, t)
+        elif kind == _RX_GRANTED:
+            push(t + busy[what], _END, what)
+        elif kind == _END:                         # release receive, then transmit
+            for d, h in ((1, rx_host[what]), (0, tx_host[what])):
+                directions[d][h].holder = None
+                newest_free[d][h] = max(newest_free[d][h], t)
+                push(t, _RX_RELEASED if d == 1 else _TX_RELEASED, h)
+            push(t + lat[what], _DELIVERED, what)
+        elif kind == _TX_RELEASED or kind == _RX_RELEASED:
+            d = 0 if kind == _TX_RELEASED else 1
+            if directions[d][what].holder == -1:   # an earlier collective's message
+                directions[d][what].holder = None
+            grant(d, what, t)
+        elif kind == _DELIVERED:                   # the send's event, then the receive's
+            push(t, _DONE, 2 * what)
+            push(t, _DONE, 2 * what + 1)
+        else:                                      # a send or receive event processed
+            k = waiting_on[what]
+            pending[k] -= 1
+            if pending[k] == 0:
+                if programs[k][pc[k] - 1][0] == EXCHANGE:
+                    push(t, _RESUME, k)            # all_of's own event first
+                else:
+                    run_rank(k, t)
+        while spawned:
+            run_rank(spawned.pop(0), t)
+    for d in (0, 1):
+        for mine, theirs in ((newest_free[d], nics.free[d]), (requested[d], nics.requested[d])):
+            theirs[hosts] = np.maximum(theirs[hosts], [mine[h] for h in hosts])
+    return finish, marks

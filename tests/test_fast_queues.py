@@ -1,0 +1,144 @@
+"""Messages queueing on a shared NIC: the fast engine replays them as the DES queues them.
+
+Recursive doubling and Rabenseifner with several ranks per host send every rank of a host to
+another host at once; trees and folds meet on a NIC once a straggler or a slow link shifts the
+ranks.  ``commsim.sim.fast_queues`` replays such a collective through FIFO NIC directions in
+simpy's event order; on a uniform cluster two alike hosts stand for any power of two of them.
+Each case against the DES on the toy profiles of ``test_fast_engine`` (tolerance 1e-9
+relative; they agree to ~1e-12).  Where the order of simultaneous messages depends on event
+history the fast engine does not track, it must decline with a NIC reason.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from commsim.api import Scenario, predict
+from commsim.errors import UserError
+from commsim.sim.fast_queues import EXCHANGE, GLOO, MARK, RECV, SEND, NicState, simulate
+from test_fast_engine import ONE_TENSOR, THREADS, assert_same
+from test_fast_whatifs import DISTINCT
+
+DOUBLING = ("recursive_doubling", "rabenseifner")
+
+
+def scenario(strategy, hosts, local, **kw):
+    kw.setdefault("cores_per_host", (THREADS + (strategy == "ddp")) * local)
+    return Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000, ranks_per_host=local,
+                    **kw)
+
+
+def exact_or_declined(profile, strategy, hosts, sc) -> bool:
+    """The fast engine equals the DES, or declines for a NIC reason; True if it ran."""
+    des = predict(profile, strategy, hosts, sc, engine="des")
+    try:
+        fast = predict(profile, strategy, hosts, sc, engine="fast")
+    except UserError as why:
+        assert "NIC" in str(why), str(why)
+        return False
+    assert_same(des, fast)
+    return True
+
+
+@pytest.mark.parametrize("algorithm", DOUBLING)
+@pytest.mark.parametrize("strategy", ["ring", "ddp"])
+@pytest.mark.parametrize("hosts, local", [(2, 2), (4, 2), (3, 2), (5, 2), (2, 4), (4, 4)])
+def test_doubling_on_shared_hosts(algorithm, strategy, hosts, local):
+    """Uniform hosts of 2 and 4 ranks, powers of two and folds: exact, never the DES.  (After
+    DDP's buffer broadcast the ranks start in the order they got the buffers, which decides
+    ties on a fold's NICs: exact or declined.)"""
+    plain = dict(broadcast_buffers=False) if strategy == "ddp" else {}
+    sc = scenario(strategy, hosts, local, algorithm=algorithm, **plain)
+    assert exact_or_declined(DISTINCT, strategy, hosts, sc)
+    if strategy == "ddp":
+        exact_or_declined(DISTINCT, strategy, hosts, scenario(strategy, hosts, local,
+                                                              algorithm=algorithm))
+
+
+@pytest.mark.parametrize("algorithm", DOUBLING)
+@pytest.mark.parametrize("strategy", ["ring", "ddp"])
+def test_doubling_on_shared_hosts_of_an_uneven_cluster(algorithm, strategy):
+    """A straggler and a slow link: the queues' order shifts, and stays the DES's."""
+    sc = scenario(strategy, 4, 2, algorithm=algorithm, stragglers={1: 1.3},
+                  slow_links_Bps={0: 25e6})
+    assert exact_or_declined(DISTINCT, strategy, 4, sc)
+
+
+@pytest.mark.parametrize("algorithm", DOUBLING)
+@pytest.mark.parametrize("strategy, hosts, local, group", [
+    ("ring", 32, 2, None), ("ddp", 16, 4, None), ("ring", 128, 2, None), ("ddp", 8, 2, 8),
+    ("ring", 16, 2, 4)])
+def test_alike_hosts_stand_for_all(algorithm, strategy, hosts, local, group):
+    """Two alike hosts stand for a power of two of them (and for host-aligned groups)."""
+    sc = scenario(strategy, hosts, local, algorithm=algorithm, group_size=group)
+    assert predict(ONE_TENSOR, strategy, hosts, sc, engine="auto").engine == "fast"
+    assert exact_or_declined(ONE_TENSOR, strategy, hosts, sc)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_shared_hosts(data):
+    """Random clusters of shared hosts with the doubling algorithms and trees."""
+    strategy = data.draw(st.sampled_from(["ring", "ddp"]))
+    hosts, local = data.draw(st.integers(2, 6)), data.draw(st.integers(2, 4))
+    world = hosts * local
+    kw = dict(algorithm=data.draw(st.sampled_from(DOUBLING + ("tree",))),
+              sync_every=data.draw(st.integers(1, 2)))
+    if data.draw(st.booleans()):
+        kw["group_size"] = data.draw(st.integers(1, world))
+    if strategy == "ddp":
+        kw.update(compression=data.draw(st.sampled_from([None, "fp16"])),
+                  overlap=data.draw(st.booleans()))
+    kw["stragglers"] = data.draw(st.dictionaries(st.integers(0, world - 1),
+                                                 st.sampled_from([0.7, 1.3, 2.0]), max_size=2))
+    kw["slow_links_Bps"] = data.draw(st.dictionaries(st.integers(0, hosts - 1),
+                                                     st.sampled_from([20e6, 60e6]), max_size=1))
+    exact_or_declined(DISTINCT, strategy, hosts, scenario(strategy, hosts, local, **kw))
+
+
+def test_auto_runs_doubling_on_shared_hosts_fast_at_scale():
+    """1,024 ranks, two a host: two hosts stand for all, no DES."""
+    for algorithm in DOUBLING:
+        sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2,
+                      algorithm=algorithm)
+        assert predict(ONE_TENSOR, "ddp", 512, sc).engine == "fast"
+
+
+# -- the queues themselves --------------------------------------------------------------------
+
+def test_two_senders_share_a_transmit_direction():
+    """Ranks 0 and 1 (host 0) send to ranks 2 and 3 (host 1) at once: the second message waits
+    for the first on host 0's transmit direction (FIFO in rank order), and a later message
+    waits for both."""
+    nics = NicState(2)
+    messages = ([0, 1, 0], [2, 3, 2], [0.5, 0.5, 0.5], [2.0, 2.0, 1.0], [0, 0, 0], [1, 1, 1])
+    programs = [[(SEND, 0), (MARK,), (SEND, 2)], [(SEND, 1)], [(RECV, 0), (RECV, 2)],
+                [(RECV, 1)]]
+    finish, marks = simulate([0.0, 0.0, 0.0, 0.0], [0, 1, 2, 3], [0, 0, 1, 1], programs,
+                             messages, lambda k, t, w: t + w, nics)
+    # Message 0 holds host 0's directions 0..2, message 1 2..4, message 2 (posted at 2.5) 4..5.
+    np.testing.assert_allclose(finish, [5.5, 4.5, 5.5, 4.5])
+    assert marks == [[2.5], [], [], []]
+    np.testing.assert_allclose(nics.free[0], [5.0, -np.inf])
+    np.testing.assert_allclose(nics.free[1], [-np.inf, 5.0])
+
+
+def test_an_exchange_waits_for_both_messages_and_reduces():
+    """Ranks 0 and 2 exchange across hosts while host 1's receive direction is still busy
+    from an earlier collective: 0 -> 2 waits for it (holding host 0's transmit side), 2 -> 0
+    does not; each rank then reduces."""
+    nics = NicState(2)
+    nics.free[1][1] = 3.0
+    messages = ([0, 1], [1, 0], [0.5, 0.5], [1.0, 1.0], [0, 1], [1, 0])
+    programs = [[(EXCHANGE, 0, 1), (GLOO, 0.25)], [(EXCHANGE, 1, 0), (GLOO, 0.25)]]
+    finish, _ = simulate([0.0, 1.0], [0, 2], [0, 1], programs, messages,
+                         lambda k, t, w: t + w, nics)
+    np.testing.assert_allclose(finish, [4.75, 4.75])
+
+
+def test_a_request_ahead_of_an_earlier_collective_is_declined():
+    nics = NicState(2)
+    nics.requested[0][0] = 5.0
+    nics.free[0][0] = 6.0
+    with pytest.raises(UserError, match="NIC"):
+        simulate([1.0, 1.0], [0, 2], [0, 1], [[(SEND, 0)], [(RECV, 0)]],
+                 ([0], [1], [0.1], [1.0], [0], [1]), lambda k, t, w: t + w, nics)
