@@ -45,7 +45,9 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
 * a shared CPU pool (``shared_cpu_cores``) or a CPU-efficiency curve: every rank's job slows
   every other's, at event granularity;
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
-  cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU;
+  cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
+  (except where they keep in step, ``_in_step``: a uniform world ring of two ranks per host or
+  of one host, and the linear parameter server, whose optimizer steps ``shared_ends`` shares);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rings of groups cutting across hosts,
   whose hosts carry several ring edges; dp, whose devices' gradients would queue behind each
@@ -104,20 +106,45 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     if c.ranks_per_host > 1:
         # At most one compute job and (DDP) one Gloo reduction per rank run at a time.
         per_rank = max(costs.threads_per_rank, 1) + (1 if strategy.overlaps_backward else 0)
-        if c.ranks_per_host * per_rank > c.cores_per_host:
+        if c.ranks_per_host * per_rank > c.cores_per_host and not _in_step(spec):
             return (f"{c.ranks_per_host} ranks per host can oversubscribe its "
                     f"{c.cores_per_host:g} cores")
     # The most compute threads per core while a message is in flight: DDP ranks compute and
     # communicate at once; the others do one or the other, so only co-located ranks' compute
-    # can overlap a message (none with one rank per host).
+    # can overlap a message (none with one rank per host, nor in a ring whose ranks of a host
+    # keep in step).
     threads = max(costs.threads_per_rank, 1)
     others = c.ranks_per_host if strategy.overlaps_backward else c.ranks_per_host - 1
+    if spec.strategy == "ring" and _in_step(spec):
+        others = 0
     runnable = others * threads + c.ranks_per_host   # plus one communicating thread per rank
     peak = others * threads / c.cores_per_host if runnable > c.cores_per_host else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
     if costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0:
         return "communication slowed by compute on the same cores (calibrated contention)"
     return None
+
+
+def _in_step(spec: RunSpec) -> bool:
+    """Whether a host's ranks keep their CPU jobs in step, so that oversubscribed cores are
+    shared exactly by equal jobs running together (or, for the parameter server's last step,
+    by the per-host ``shared_ends``): a uniform cluster whose ranks of one host compute at the
+    same instants and, in a world ring, reduce at the same instants.  The ring's ranks post
+    together when each has one edge to another host (two ranks per host: a host's first rank
+    receives from the previous host, its second sends to the next) or none (one host); the
+    linear parameter server's ranks only compute (the root's mean runs while the ranks beside
+    it wait)."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    if spec.stragglers or c.slow_links_Bps:
+        return False
+    algorithm = get_strategy(spec.strategy).algorithm(spec)
+    if spec.strategy == "ps":
+        return algorithm != "binomial"
+    return (spec.strategy == "ring" and (algorithm or "ring") == "ring"
+            and spec.group_size in (None, spec.world_size)
+            and (c.ranks_per_host == 2 or c.hosts == 1))
 
 
 def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
@@ -142,7 +169,9 @@ def _factors(spec: RunSpec) -> np.ndarray:
 
 
 def _compute_rate(spec: RunSpec, costs: CostInputs) -> float:
-    return cpu_rate(spec.cluster.cores_per_host, costs.threads_per_rank)
+    """A rank's compute rate while every rank of its host computes (they start together)."""
+    c = spec.cluster
+    return cpu_rate(c.cores_per_host, c.ranks_per_host * costs.threads_per_rank)
 
 
 def _accumulation(spec: RunSpec, costs: CostInputs, factor, a: float):
@@ -389,6 +418,47 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, bac
     return steps[:, 1], (done[:, 1::2] - done[:, 0::2]).sum(axis=1), steps[:, 0]
 
 
+def shared_ends(start, work, threads: float, cores: float):
+    """Jobs sharing their host's cores (processor sharing, as the DES's CPU): row h holds the
+    jobs of host h, each of ``work`` seconds at full speed from ``start`` with ``threads``
+    threads; while the busy threads exceed the cores every job runs at cores / busy threads.
+    When each ends.
+
+    Steps, for all hosts at once: from the earliest start, repeatedly advance every host to
+    its next event (the next job to start, or the running job closest to its end at the
+    current rate), taking the work done meanwhile off the running jobs; a host's events are
+    at most two per job."""
+    rows, k = start.shape
+    left = np.array(work, dtype=float)
+    end = np.full((rows, k), np.inf)
+    now = start.min(axis=1)
+    waiting = np.ones((rows, k), dtype=bool)
+    running = np.zeros((rows, k), dtype=bool)
+    for _ in range(2 * k):
+        arrived = waiting & (start <= now[:, None])
+        running |= arrived
+        waiting &= ~arrived
+        busy = running.sum(axis=1) * threads
+        rate = np.where(busy > cores, cores / np.maximum(busy, 1e-300), 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            due = np.where(running, left / rate[:, None], np.inf).min(axis=1)
+        upcoming = np.where(waiting, start, np.inf).min(axis=1)
+        step = np.minimum(due, upcoming - now)
+        if not np.isfinite(step).any():
+            break
+        step = np.where(np.isfinite(step), step, 0.0)
+        left = np.where(running, left - step[:, None] * rate[:, None], left)
+        now = now + step
+        done = running & (left <= _DONE_S * np.maximum(1.0, np.abs(left)))
+        end = np.where(done, now[:, None], end)
+        running &= ~done
+    return end
+
+
+# Work below this (seconds) is done: float residue, as the DES's CPU guards it.
+_DONE_S = 1e-15
+
+
 def _fifo(arrive, serve):
     """A single server (a NIC direction) taking requests in the given order, each at its
     ``arrive`` time for ``serve`` seconds: when each leaves it.  E_k = max(E_k-1, a_k) + s_k
@@ -470,13 +540,18 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         scatter = gathered + mean_work / b + costs.overhead("scatter")
         delivered = _scatter_from_root(spec, costs, scatter, n)
         t = np.concatenate(([delivered.max()], delivered))
+    finish = t + optimizer
+    if c.ranks_per_host > 1:   # the ranks of a host reach their steps at different times
+        finish = shared_ends(t.reshape(c.hosts, -1), (optimizer * a).reshape(c.hosts, -1),
+                             costs.threads_per_rank, c.cores_per_host).ravel()
     model = float(costs.model_bytes) if p > 1 else 0.0
     sent = np.full(p, model)
     sent[0] = (p - 1) * model
     crossing = np.where(np.arange(p) // c.ranks_per_host != 0, model, 0.0)
     nic = _hosts_of(spec, crossing)
     nic[0] = crossing.sum()
-    return _timing(p, t + optimizer, compute, t - backward_end, sent, sent, nic, nic)
+    compute = compute + (finish - t - optimizer)          # the step's share of the cores
+    return _timing(p, finish, compute, t - backward_end, sent, sent, nic, nic)
 
 
 def _binomial_ps_replayed(run: Run, blk: Block, backward_end):

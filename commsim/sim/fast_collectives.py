@@ -105,7 +105,9 @@ class Run:
         threads, cores = costs.threads_per_rank, c.cores_per_host
         # Rates of compute alone, of one Gloo thread alone, of either while both run.
         self.a = cpu_rate(cores, threads)
-        self.b = cpu_rate(cores, 1)
+        # A reduction's rate, with every rank of the host reducing at once (they do where
+        # cores are short: ``fast._in_step``).
+        self.b = cpu_rate(cores, self.rph)
         self.r = cpu_rate(cores, threads + 1)
         n = self.ranks.size
         self.sent, self.received = np.zeros(n), np.zeros(n)

@@ -1,0 +1,76 @@
+"""Ranks sharing too few cores: the fast engine gives the DES's processor sharing where a host's
+ranks keep their CPU jobs in step.
+
+On a uniform cluster the ranks of a host compute at the same instants, and in a world ring of
+two ranks per host (or of one host) they reduce at the same instants too: equal jobs sharing
+the cores run at cores / busy threads together.  The parameter server's ranks reach their
+optimizer step at different times; ``fast.shared_ends`` shares each host's cores among them.
+Against the DES on the toy profiles of ``test_fast_engine`` (tolerance 1e-9 relative).
+"""
+import numpy as np
+import pytest
+
+from commsim.api import Scenario, predict
+from commsim.errors import UserError
+from commsim.sim.fast import shared_ends
+from test_fast_engine import ONE_TENSOR, PROFILE, assert_same
+from test_fast_whatifs import DISTINCT
+
+
+def check(profile, strategy, hosts, local, cores, **kw):
+    sc = Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000, ranks_per_host=local,
+                  cores_per_host=cores, **kw)
+    assert predict(profile, strategy, hosts, sc, engine="auto").engine == "fast"
+    assert_same(predict(profile, strategy, hosts, sc, engine="des"),
+                predict(profile, strategy, hosts, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("profile", [PROFILE, DISTINCT], ids=["plain", "distinct"])
+@pytest.mark.parametrize("strategy", ["ring", "ps"])
+@pytest.mark.parametrize("hosts, local, cores", [(1, 2, 1), (2, 2, 1), (3, 2, 1), (4, 2, 3),
+                                                 (5, 2, 1.5), (1, 3, 2)])
+def test_crowded_hosts(profile, strategy, hosts, local, cores):
+    check(profile, strategy, hosts, local, cores)
+    check(profile, strategy, hosts, local, cores, sync_every=2)
+
+
+def test_crowded_hosts_at_scale():
+    check(ONE_TENSOR, "ring", 128, 2, 1)
+    check(PROFILE, "ps", 64, 2, 1)
+
+
+def test_crowded_hosts_out_of_step_go_to_the_des():
+    """A straggler, or three ranks per host in a ring across hosts, put a host's jobs out of
+    step: its ranks interleave on the cores at event granularity."""
+    for strategy, local, kw in [("ring", 2, dict(stragglers={1: 1.5})),
+                                ("ps", 2, dict(slow_links_Bps={1: 30e6})),
+                                ("ring", 3, {}), ("ddp", 2, {})]:
+        sc = Scenario(global_batch=64 * 2 * local, ranks_per_host=local, cores_per_host=1, **kw)
+        assert predict(PROFILE, strategy, 2, sc, engine="auto").engine == "des"
+        with pytest.raises(UserError, match="oversubscribe"):
+            predict(PROFILE, strategy, 2, sc, engine="fast")
+
+
+def test_shared_ends():
+    """Two one-thread jobs on one core: the first runs alone for 1 s, then both at half
+    speed; a host with room for both runs them at full speed."""
+    start = np.array([[0.0, 1.0], [0.0, 1.0]])
+    work = np.array([[2.0, 2.0], [2.0, 2.0]])
+    np.testing.assert_allclose(shared_ends(start, work, 1, 1.0)[0], [3.0, 4.0])
+    np.testing.assert_allclose(shared_ends(start, work, 1, 2.0)[1], [2.0, 3.0])
+    np.testing.assert_allclose(shared_ends(np.zeros((1, 3)), np.array([[1.0, 2.0, 3.0]]), 2,
+                                           2.0), [[3.0, 5.0, 6.0]])
+
+
+def test_crowded_ring_with_calibrated_contention():
+    """The bundled profile's contention binds only where compute runs beside a message: in a
+    ring whose ranks of a host keep in step, none does."""
+    from commsim.profile import load_default
+
+    profile = load_default()
+    assert profile.network.contention_load
+    for hosts in (1, 3):
+        sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2, cores_per_host=1,
+                      sync_every=2)
+        assert_same(predict(profile, "ring", hosts, sc, engine="des"),
+                    predict(profile, "ring", hosts, sc, engine="fast"))
