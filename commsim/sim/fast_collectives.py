@@ -55,6 +55,31 @@ def cpu_rate(cores: float, threads: float) -> float:
     return 1.0 if threads <= cores else cores / threads
 
 
+def cpu_of(spec: RunSpec) -> tuple[float, int]:
+    """(cores, ranks sharing them) of a rank's CPU: its host's, or the one pool of
+    ``shared_cpu_cores``."""
+    c = spec.cluster
+    if c.shared_cpu_cores is not None:
+        return c.shared_cpu_cores, spec.world_size
+    return c.cores_per_host, c.ranks_per_host
+
+
+def efficiency_at(points: tuple, busy):
+    """The CPU efficiency curve at ``busy`` threads (an array): ``costs.clamped_piecewise``."""
+    busy = np.asarray(busy, dtype=float)
+    if not points:
+        return np.ones_like(busy)
+    x, y = (np.array(v, dtype=float) for v in zip(*points))
+    return np.where(busy <= x[0], 1.0, np.interp(busy, x, y))
+
+
+def sharing_rate(spec: RunSpec, busy: float) -> float:
+    """A job's rate on its CPU while ``busy`` threads run there: processor sharing, times the
+    efficiency curve (``engine.ProcessorSharingCPU._rate``)."""
+    cores, _ = cpu_of(spec)
+    return cpu_rate(cores, busy) * float(efficiency_at(spec.cluster.cpu_efficiency, busy))
+
+
 def host_bandwidths(c) -> np.ndarray:
     bw = np.full(c.hosts, float(c.nic_bandwidth_Bps))
     for host, rate in c.slow_links_Bps.items():
@@ -105,9 +130,9 @@ class Run:
         threads, cores = costs.threads_per_rank, c.cores_per_host
         # Rates of compute alone, of one Gloo thread alone, of either while both run.
         self.a = cpu_rate(cores, threads)
-        # A reduction's rate, with every rank of the host reducing at once (they do where
-        # cores are short: ``fast._in_step``).
-        self.b = cpu_rate(cores, self.rph)
+        # A reduction's rate, with every rank sharing the CPU reducing at once (they do where
+        # cores are short or shared: ``fast._in_step``).
+        self.b = sharing_rate(spec, cpu_of(spec)[1])
         self.r = cpu_rate(cores, threads + 1)
         n = self.ranks.size
         self.sent, self.received = np.zeros(n), np.zeros(n)
@@ -738,7 +763,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     did not (``order_known`` false: stragglers, slow links, a broadcast whose ranks leave in
     the order they got the buffers), the times must not depend on it: the processes starting
     at one instant are replayed in reverse order and in ``_ORDERS`` random orders too, and the
-    run declined if any differs.
+    run declined if any end or mark differs.
     """
     if run.r < run.a:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
@@ -762,10 +787,11 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     if not order_known:
         after = run.nics
         rng = np.random.default_rng(0)
+        times = np.concatenate([finish, *marks])
         for order in (-run.ranks[rank], *(rng.permutation(count) for _ in range(_ORDERS))):
             run.nics = before.copy()
-            again, _ = simulate(order.tolist(), run.nics)
-            if not np.allclose(finish, again, rtol=1e-12, atol=0.0):
+            again, also = simulate(order.tolist(), run.nics)
+            if not np.allclose(times, np.concatenate([again, *also]), rtol=1e-12, atol=0.0):
                 raise NotExact(fast_queues.MEET)
         run.nics = after
     return np.array(finish), marks
