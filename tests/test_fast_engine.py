@@ -137,7 +137,7 @@ def test_single_rank():
 
 
 def test_auto_falls_back_where_fast_is_not_exact():
-    shared = Scenario(global_batch=64, shared_cpu_cores=2)
+    shared = Scenario(global_batch=64, shared_cpu_cores=2, stragglers={0: 1.5})
     assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "des"
     with pytest.raises(UserError, match="CPU pool"):
         predict(PROFILE, "ring", 2, shared, engine="fast")

@@ -1,11 +1,13 @@
-"""Ranks sharing too few cores: the fast engine gives the DES's processor sharing where a host's
-ranks keep their CPU jobs in step.
+"""Ranks sharing too few cores, one pool of cores or a CPU efficiency curve: the fast engine
+gives the DES's processor sharing where the ranks of a CPU keep their jobs in step.
 
-On a uniform cluster the ranks of a host compute at the same instants, and in a world ring of
-two ranks per host (or of one host) they reduce at the same instants too: equal jobs sharing
-the cores run at cores / busy threads together.  The parameter server's ranks reach their
-optimizer step at different times; ``fast.shared_ends`` shares each host's cores among them.
-Against the DES on the toy profiles of ``test_fast_engine`` (tolerance 1e-9 relative).
+On a uniform cluster the ranks of a CPU (a host's, or the one pool of ``shared_cpu_cores``)
+compute at the same instants, and in a world ring of one or two ranks per host (or of one
+host) they reduce at the same instants too: equal jobs sharing the cores run at cores / busy
+threads together, times the efficiency curve at the busy threads.  The parameter server's
+ranks reach their optimizer step at different times; ``fast.shared_ends`` shares each CPU's
+cores among them.  Against the DES on the toy profiles of ``test_fast_engine`` (tolerance
+1e-9 relative).
 """
 import numpy as np
 import pytest
@@ -74,3 +76,42 @@ def test_crowded_ring_with_calibrated_contention():
                       sync_every=2)
         assert_same(predict(profile, "ring", hosts, sc, engine="des"),
                     predict(profile, "ring", hosts, sc, engine="fast"))
+
+
+EFFICIENCY = ((1.0, 1.0), (2.0, 0.91), (4.0, 0.8))
+
+
+@pytest.mark.parametrize("profile", [PROFILE, DISTINCT], ids=["plain", "distinct"])
+@pytest.mark.parametrize("strategy", ["ring", "ps"])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (3, 2), (1, 3)])
+@pytest.mark.parametrize("cpu", [dict(shared_cpu_cores=2),
+                                 dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+                                 dict(cpu_efficiency=EFFICIENCY, sync_every=2)],
+                         ids=["pool", "pool+efficiency", "efficiency"])
+def test_one_pool_and_efficiency(profile, strategy, hosts, local, cpu):
+    cpu = dict(cpu)
+    check(profile, strategy, hosts, local, cpu.pop("cores_per_host", 1.0 * local), **cpu)
+
+
+def test_emulated_cluster_ring_with_calibrated_contention():
+    """``commsim validate``'s case: every rank on one machine's cores, its efficiency curve and
+    the bundled profile's contention (which no message meets in step)."""
+    from commsim.profile import load_default
+
+    sc = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                  cpu_efficiency=EFFICIENCY)
+    assert_same(predict(load_default(), "ring", 4, sc, engine="des"),
+                predict(load_default(), "ring", 4, sc, engine="fast"))
+
+
+def test_pool_and_efficiency_out_of_step_go_to_the_des():
+    from commsim.profile import load_default
+
+    for profile, strategy, kw, reason in [
+            (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5}), "CPU pool"),
+            (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY), "efficiency"),
+            (load_default(), "ps", dict(shared_cpu_cores=2), "contention")]:
+        sc = Scenario(global_batch=128, **kw)
+        assert predict(profile, strategy, 2, sc, engine="auto").engine == "des"
+        with pytest.raises(UserError, match=reason):
+            predict(profile, strategy, 2, sc, engine="fast")

@@ -43,7 +43,8 @@ broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1
 not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
 * a shared CPU pool (``shared_cpu_cores``) or a CPU-efficiency curve: every rank's job slows
-  every other's, at event granularity;
+  every other's, at event granularity (except where the ranks of a CPU keep in step,
+  ``_in_step``: then its cores and curve are shared by equal jobs running together);
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
   (except where they keep in step, ``_in_step``: a uniform world ring of two ranks per host or
@@ -75,7 +76,8 @@ import numpy as np
 from commsim.costs import CostInputs
 from commsim.sim import fast_queues
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
-                                          binomial_broadcast,
+                                          binomial_broadcast, cpu_of, efficiency_at,
+                                          sharing_rate,
                                           binomial_gather_mean_scatter,
                                           binomial_gather_scatter_schedules, cpu_rate,
                                           host_bandwidths, intra_link, lcm, replay,
@@ -98,15 +100,16 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return "it does not record a timeline"
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
-    if c.cpu_efficiency:
+    in_step = _in_step(spec)
+    if c.cpu_efficiency and not in_step:
         return ("it does not model a CPU efficiency curve (busy threads slow each other beyond "
                 "processor sharing, at event granularity)")
-    if c.shared_cpu_cores is not None:
+    if c.shared_cpu_cores is not None and not in_step:
         return "ranks sharing one CPU pool interleave at event granularity"
     if c.ranks_per_host > 1:
         # At most one compute job and (DDP) one Gloo reduction per rank run at a time.
         per_rank = max(costs.threads_per_rank, 1) + (1 if strategy.overlaps_backward else 0)
-        if c.ranks_per_host * per_rank > c.cores_per_host and not _in_step(spec):
+        if c.ranks_per_host * per_rank > c.cores_per_host and not in_step:
             return (f"{c.ranks_per_host} ranks per host can oversubscribe its "
                     f"{c.cores_per_host:g} cores")
     # The most compute threads per core while a message is in flight: DDP ranks compute and
@@ -114,11 +117,12 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     # can overlap a message (none with one rank per host, nor in a ring whose ranks of a host
     # keep in step).
     threads = max(costs.threads_per_rank, 1)
-    others = c.ranks_per_host if strategy.overlaps_backward else c.ranks_per_host - 1
-    if spec.strategy == "ring" and _in_step(spec):
+    cores, sharers = cpu_of(spec)
+    others = sharers if strategy.overlaps_backward else sharers - 1
+    if spec.strategy in ("ring", "single") and in_step:
         others = 0
-    runnable = others * threads + c.ranks_per_host   # plus one communicating thread per rank
-    peak = others * threads / c.cores_per_host if runnable > c.cores_per_host else 0.0
+    runnable = others * threads + sharers   # plus one communicating thread per rank
+    peak = others * threads / cores if runnable > cores else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
     if costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0:
         return "communication slowed by compute on the same cores (calibrated contention)"
@@ -126,10 +130,11 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
 
 
 def _in_step(spec: RunSpec) -> bool:
-    """Whether a host's ranks keep their CPU jobs in step, so that oversubscribed cores are
-    shared exactly by equal jobs running together (or, for the parameter server's last step,
-    by the per-host ``shared_ends``): a uniform cluster whose ranks of one host compute at the
-    same instants and, in a world ring, reduce at the same instants.  The ring's ranks post
+    """Whether the ranks sharing a CPU (a host's, or the one pool of ``shared_cpu_cores``) keep
+    their jobs in step, so that its cores (and its efficiency curve) are shared exactly by
+    equal jobs running together (or, for the parameter server's last step, by
+    ``shared_ends``): a uniform cluster whose ranks compute at the same instants and, in a
+    world ring, reduce at the same instants.  The ring's ranks post
     together when each has one edge to another host (two ranks per host: a host's first rank
     receives from the previous host, its second sends to the next) or none (one host); the
     linear parameter server's ranks only compute (the root's mean runs while the ranks beside
@@ -142,9 +147,9 @@ def _in_step(spec: RunSpec) -> bool:
     algorithm = get_strategy(spec.strategy).algorithm(spec)
     if spec.strategy == "ps":
         return algorithm != "binomial"
-    return (spec.strategy == "ring" and (algorithm or "ring") == "ring"
+    return (spec.strategy in ("ring", "single") and (algorithm or "ring") == "ring"
             and spec.group_size in (None, spec.world_size)
-            and (c.ranks_per_host == 2 or c.hosts == 1))
+            and (c.ranks_per_host <= 2 or c.hosts == 1))
 
 
 def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
@@ -169,9 +174,8 @@ def _factors(spec: RunSpec) -> np.ndarray:
 
 
 def _compute_rate(spec: RunSpec, costs: CostInputs) -> float:
-    """A rank's compute rate while every rank of its host computes (they start together)."""
-    c = spec.cluster
-    return cpu_rate(c.cores_per_host, c.ranks_per_host * costs.threads_per_rank)
+    """A rank's compute rate while every rank sharing its CPU computes (they start together)."""
+    return sharing_rate(spec, cpu_of(spec)[1] * costs.threads_per_rank)
 
 
 def _accumulation(spec: RunSpec, costs: CostInputs, factor, a: float):
@@ -418,11 +422,11 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, bac
     return steps[:, 1], (done[:, 1::2] - done[:, 0::2]).sum(axis=1), steps[:, 0]
 
 
-def shared_ends(start, work, threads: float, cores: float):
-    """Jobs sharing their host's cores (processor sharing, as the DES's CPU): row h holds the
-    jobs of host h, each of ``work`` seconds at full speed from ``start`` with ``threads``
-    threads; while the busy threads exceed the cores every job runs at cores / busy threads.
-    When each ends.
+def shared_ends(start, work, threads: float, cores: float, efficiency: tuple = ()):
+    """Jobs sharing a CPU's cores (processor sharing, as the DES's CPU): row h holds the jobs
+    of CPU h, each of ``work`` seconds at full speed from ``start`` with ``threads`` threads;
+    while the busy threads exceed the cores every job runs at cores / busy threads, times the
+    ``efficiency`` curve at the busy threads.  When each ends.
 
     Steps, for all hosts at once: from the earliest start, repeatedly advance every host to
     its next event (the next job to start, or the running job closest to its end at the
@@ -439,7 +443,8 @@ def shared_ends(start, work, threads: float, cores: float):
         running |= arrived
         waiting &= ~arrived
         busy = running.sum(axis=1) * threads
-        rate = np.where(busy > cores, cores / np.maximum(busy, 1e-300), 1.0)
+        rate = np.where(busy > cores, cores / np.maximum(busy, 1e-300), 1.0) \
+            * efficiency_at(efficiency, busy)
         with np.errstate(divide="ignore", invalid="ignore"):
             due = np.where(running, left / rate[:, None], np.inf).min(axis=1)
         upcoming = np.where(waiting, start, np.inf).min(axis=1)
@@ -532,7 +537,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
             t = _binomial_ps_replayed(run, blk, backward_end)
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
-    b = cpu_rate(c.cores_per_host, 1)
+    b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
     for n in costs.param_bytes if p > 1 else ():
         post = t + costs.overhead("gather")
         gathered = float(_gather_to_root(spec, costs, post, n).max())
@@ -541,9 +546,10 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         delivered = _scatter_from_root(spec, costs, scatter, n)
         t = np.concatenate(([delivered.max()], delivered))
     finish = t + optimizer
-    if c.ranks_per_host > 1:   # the ranks of a host reach their steps at different times
-        finish = shared_ends(t.reshape(c.hosts, -1), (optimizer * a).reshape(c.hosts, -1),
-                             costs.threads_per_rank, c.cores_per_host).ravel()
+    cores, sharers = cpu_of(spec)
+    if sharers > 1:            # the ranks of a CPU reach their steps at different times
+        finish = shared_ends(t.reshape(-1, sharers), (optimizer * a).reshape(-1, sharers),
+                             costs.threads_per_rank, cores, c.cpu_efficiency).ravel()
     model = float(costs.model_bytes) if p > 1 else 0.0
     sent = np.full(p, model)
     sent[0] = (p - 1) * model
