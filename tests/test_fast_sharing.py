@@ -110,8 +110,37 @@ def test_pool_and_efficiency_out_of_step_go_to_the_des():
     for profile, strategy, kw, reason in [
             (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5}), "CPU pool"),
             (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY), "efficiency"),
-            (load_default(), "ps", dict(shared_cpu_cores=2), "contention")]:
+            (load_default(), "ps", dict(shared_cpu_cores=2), "contention"),
+            (contended(PROFILE), "ps", dict(ranks_per_host=3, cores_per_host=1), "contention")]:
         sc = Scenario(global_batch=128, **kw)
         assert predict(profile, strategy, 2, sc, engine="auto").engine == "des"
         with pytest.raises(UserError, match=reason):
             predict(profile, strategy, 2, sc, engine="fast")
+
+
+def contended(profile):
+    """``profile`` with calibrated contention that binds at one compute thread per core."""
+    from dataclasses import replace
+
+    return replace(profile, network=replace(
+        profile.network, contention_load=(0.0, 2.0, 4.0),
+        contention_bandwidth_Bps=(130e6, 40e6, 30e6), contention_compute_speed=(1.0, 0.7, 0.6)))
+
+
+@pytest.mark.parametrize("profile", [PROFILE, DISTINCT], ids=["plain", "distinct"])
+@pytest.mark.parametrize("hosts", [1, 2, 3, 6])
+@pytest.mark.parametrize("cpu", [dict(cores_per_host=1), dict(cores_per_host=1.5, sync_every=2),
+                                 dict(cores_per_host=2)], ids=["1", "1.5", "2"])
+def test_parameter_server_beside_its_root_with_contention(profile, hosts, cpu):
+    """Rank 1 steps while the root, beside it, still scatters: the root's messages are held
+    to the contended rate and rank 1's step to the contended speed, as the DES has them."""
+    cpu = dict(cpu)
+    check(contended(profile), "ps", hosts, 2, cpu.pop("cores_per_host"), **cpu)
+
+
+def test_parameter_server_crowded_with_the_bundled_profile():
+    from commsim.profile import load_default
+
+    sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2, cores_per_host=1)
+    assert_same(predict(load_default(), "ps", 5, sc, engine="des"),
+                predict(load_default(), "ps", 5, sc, engine="fast"))

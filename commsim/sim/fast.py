@@ -62,7 +62,10 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   NIC direction; linear ps's senders on one host queue behind each other, but only the root's
   last delivery counts, which queueing in front of its work-conserving receive direction
   does not change;
-* calibrated contention that would slow a message while compute runs on the same cores;
+* calibrated contention that would slow a message while compute runs on the same cores
+  (except where the ranks of a host keep in step: none does in a ring, and the parameter
+  server's one case, rank 1 stepping beside its scattering root with two ranks per host,
+  is ``_optimizer_beside_root`` and ``shared_ends``);
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
 root at the same instant) may be ordered differently from simpy's event queue; the engine
@@ -119,8 +122,9 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     threads = max(costs.threads_per_rank, 1)
     cores, sharers = cpu_of(spec)
     others = sharers if strategy.overlaps_backward else sharers - 1
-    if spec.strategy in ("ring", "single") and in_step:
-        others = 0
+    if in_step and (spec.strategy in ("ring", "single")
+                    or (c.shared_cpu_cores is None and c.ranks_per_host == 2)):
+        others = 0     # (the parameter server's one case, ``_optimizer_beside_root``)
     runnable = others * threads + sharers   # plus one communicating thread per rank
     peak = others * threads / cores if runnable > cores else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
@@ -422,11 +426,15 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, bac
     return steps[:, 1], (done[:, 1::2] - done[:, 0::2]).sum(axis=1), steps[:, 0]
 
 
-def shared_ends(start, work, threads: float, cores: float, efficiency: tuple = ()):
+def shared_ends(start, work, threads: float, cores: float, efficiency: tuple = (),
+                speed: tuple = ()):
     """Jobs sharing a CPU's cores (processor sharing, as the DES's CPU): row h holds the jobs
     of CPU h, each of ``work`` seconds at full speed from ``start`` with ``threads`` threads;
     while the busy threads exceed the cores every job runs at cores / busy threads, times the
-    ``efficiency`` curve at the busy threads.  When each ends.
+    ``efficiency`` curve at the busy threads.  A job not yet started is a rank still in its
+    collective: while one is and the threads (one per such rank) exceed the cores, the jobs
+    run at the calibrated ``speed`` curve at the load, compute threads per core
+    (``ProcessorSharingCPU.load``).  When each ends.
 
     Steps, for all hosts at once: from the earliest start, repeatedly advance every host to
     its next event (the next job to start, or the running job closest to its end at the
@@ -445,6 +453,9 @@ def shared_ends(start, work, threads: float, cores: float, efficiency: tuple = (
         busy = running.sum(axis=1) * threads
         rate = np.where(busy > cores, cores / np.maximum(busy, 1e-300), 1.0) \
             * efficiency_at(efficiency, busy)
+        talking = waiting.sum(axis=1)
+        load = np.where(busy + talking > cores, busy / cores, 0.0)
+        rate = rate * np.where(talking > 0, efficiency_at(speed or (), load), 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             due = np.where(running, left / rate[:, None], np.inf).min(axis=1)
         upcoming = np.where(waiting, start, np.inf).min(axis=1)
@@ -495,18 +506,27 @@ def _gather_to_root(spec: RunSpec, costs: CostInputs, post, nbytes: float):
 
 
 def _scatter_from_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: float,
-                       collective: str = "scatter"):
+                       collective: str = "scatter", capped=None):
     """The root sends ``nbytes`` to every other rank at ``t``, all posted at once and every
     receive already posted: they leave its transmit direction in rank order.  When each is
-    delivered (ranks 1..p-1)."""
+    delivered (ranks 1..p-1).  ``capped``: (begin, end, seconds per byte) of a window in which
+    a message that starts is held to that rate (calibrated contention at the root's CPU)."""
     c = spec.cluster
     host = np.arange(1, spec.world_size) // c.ranks_per_host
     inter = host != 0
     bw = host_bandwidths(c)
     intra_lat, intra_bw = intra_link(c)
     delivered = np.full(host.size, t + intra_lat + nbytes / intra_bw)
-    wire = nbytes * (costs.wire(collective) / np.minimum(bw[host[inter]], bw[0]))
-    delivered[inter] = t + np.cumsum(wire) + c.nic_latency_s
+    per_byte = costs.wire(collective) / np.minimum(bw[host[inter]], bw[0])
+    if capped is None:
+        delivered[inter] = t + np.cumsum(nbytes * per_byte) + c.nic_latency_s
+        return delivered
+    begin, end, slowest = capped
+    ends = np.empty(per_byte.size)
+    for k, rate in enumerate(per_byte.tolist()):   # each starts when the one before ends
+        t += nbytes * (max(rate, slowest) if begin <= t < end else rate)
+        ends[k] = t
+    delivered[inter] = ends + c.nic_latency_s
     return delivered
 
 
@@ -538,18 +558,22 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
-    for n in costs.param_bytes if p > 1 else ():
+    cores, sharers = cpu_of(spec)
+    for i, n in enumerate(costs.param_bytes if p > 1 else ()):
         post = t + costs.overhead("gather")
         gathered = float(_gather_to_root(spec, costs, post, n).max())
         mean_work = p * n * costs.mean_s_per_B
         scatter = gathered + mean_work / b + costs.overhead("scatter")
-        delivered = _scatter_from_root(spec, costs, scatter, n)
+        last = i == len(costs.param_bytes) - 1
+        capped = _optimizer_beside_root(spec, costs, scatter, n, optimizer[1] * a) \
+            if last and sharers > 1 else None
+        delivered = _scatter_from_root(spec, costs, scatter, n, capped=capped)
         t = np.concatenate(([delivered.max()], delivered))
     finish = t + optimizer
-    cores, sharers = cpu_of(spec)
     if sharers > 1:            # the ranks of a CPU reach their steps at different times
         finish = shared_ends(t.reshape(-1, sharers), (optimizer * a).reshape(-1, sharers),
-                             costs.threads_per_rank, cores, c.cpu_efficiency).ravel()
+                             costs.threads_per_rank, cores, c.cpu_efficiency,
+                             tuple((x, sp) for x, _, sp in costs.contention)).ravel()
     model = float(costs.model_bytes) if p > 1 else 0.0
     sent = np.full(p, model)
     sent[0] = (p - 1) * model
@@ -558,6 +582,27 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     nic[0] = crossing.sum()
     compute = compute + (finish - t - optimizer)          # the step's share of the cores
     return _timing(p, finish, compute, t - backward_end, sent, sent, nic, nic)
+
+
+def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: float,
+                           work: float):
+    """The root's last scatter from ``t``: rank 1, beside the root on its host, gets its share
+    first and steps (``work`` seconds at full speed) while the root still sends, which loads the
+    root's cores: (begin, end, seconds per byte) of the window in which the root's messages
+    are held to the calibrated contended rate, or None where nothing binds.  (Rank 1 steps at
+    the contended compute speed until the root's scatter ends; a message starting after that
+    does not exist.  Elsewhere a rank steps only once the one beside it has its share: two
+    ranks per host, ``_in_step``.)"""
+    c = spec.cluster
+    cores = c.cores_per_host
+    threads = costs.threads_per_rank
+    if not costs.contention or threads + 1 <= cores:
+        return None
+    load = threads / cores
+    intra_lat, intra_bw = intra_link(c)
+    begin = t + intra_lat + nbytes / intra_bw
+    alone = sharing_rate(spec, threads) * costs.compute_speed(load)
+    return begin, begin + work / alone, 1.0 / costs.contended_Bps(load)
 
 
 def _binomial_ps_replayed(run: Run, blk: Block, backward_end):
