@@ -79,7 +79,8 @@ import numpy as np
 from commsim.costs import CostInputs
 from commsim.sim import fast_queues
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
-                                          binomial_broadcast, cpu_of, efficiency_at,
+                                          binomial_broadcast, binomial_broadcast_schedule,
+                                          cpu_of, efficiency_at,
                                           sharing_rate,
                                           binomial_gather_mean_scatter,
                                           binomial_gather_scatter_schedules, cpu_rate,
@@ -312,9 +313,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
                                                   backward_work, backward_end, a)
     except Replay:             # messages would queue on a NIC: every collective at once
         run = Run(spec, costs, ranks)
-        synced, synced_comm, backward_end = _sync_replayed(run, blocks, algorithm, buckets,
-                                                           forward, backward_work,
-                                                           backward_end, a)
+        synced, synced_comm = _sync_replayed(run, blocks, algorithm, buckets, start)
     comm = comm + synced_comm
     finish = synced + optimizer
     compute = begin + (forward - start) + (backward_end - forward) + optimizer
@@ -359,18 +358,22 @@ def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_wor
     return np.maximum(backward_end, end), comm, backward_end
 
 
-def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,
-                   backward_end, a: float):
+def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast):
     """``_sync`` where messages queue on a NIC: every rank's processes as the DES runs them,
-    replayed through the NIC queues and the hosts' CPUs (``fast_collectives.replay``).
+    from the start of the iteration (whose CPU events order the ranks that reach a collective
+    at one instant), replayed through the NIC queues and the hosts' CPUs
+    (``fast_collectives.replay``).
 
-    A rank's collectives, per tensor (or DDP bucket, once backward has reached it): the
-    collective begins, its overhead, its schedule (with the divide), it ends; with fp16 the
-    casts go around a schedule of half the bytes; a group of one calls nothing.  Then the
-    optimizer step (a CPU job, as the DES's, whose start reschedules the host's timer).  With
-    DDP the collectives are a process of their own, started after forward by the rank's
-    compute process, which computes backward bucket by bucket (signalling each bucket ready),
-    waits for the collectives, then steps."""
+    A rank's process: its compute (local steps, forward, backward: CPU jobs); DDP's buffer
+    broadcast where its ranks are all replayed (begin, overhead, tree, everyone together,
+    end); then per tensor (or DDP bucket, once backward has reached it) the collective
+    begins, its overhead, its schedule (with the divide), it ends, with fp16 the casts going
+    around a schedule of half the bytes, and a group of one calling nothing; then the
+    optimizer step.  With DDP the collectives are a process of their own, started after
+    forward by the rank's compute process, which computes backward bucket by bucket
+    (signalling each bucket ready), waits for the collectives, then steps.  When each rank
+    is synchronised, and its time in the collectives (its compute is as ``ring_like`` has it:
+    no job here shares cores beyond them)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     fp16 = buckets and spec.compression == "fp16"
@@ -393,37 +396,79 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, forward, bac
                                    *body, *cast, (fast_queues.EXIT,)]
         for program in collectives:
             program.append((fast_queues.MARK,))
-    optimizer = [(fast_queues.COMPUTE, costs.optimizer_s * f) for f in run.factor]
-    # Ranks start in rank order on a uniform cluster, unless DDP's buffer broadcast let them
-    # go in the order they got the buffers; where two hosts stand for all, each host's ranks
-    # start in the same order, whichever it is.
-    broadcast = buckets and spec.broadcast_buffers and costs.buffer_bytes > 0
-    known = blocks[0].alike or (uniform_cluster(spec) and not broadcast)
+    computes, begin, known = _compute_programs(run, buckets, messages, blocks[0].alike,
+                                               after_broadcast)
+    for k, program in enumerate(computes):
+        if buckets:
+            program += [(fast_queues.SPAWN,),
+                        *_backward_by_bucket(spec, costs, costs.backward_s * run.factor[k]),
+                        (fast_queues.JOIN,)]
+        else:
+            program += [(fast_queues.COMPUTE, costs.backward_s * run.factor[k])]
+            program += collectives[k]
+        program += [(fast_queues.MARK,), (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
+    together = n if spec.broadcast_buffers and buckets else 0
     if not buckets:
-        programs = [c + [o] for c, o in zip(collectives, optimizer)]
-        _, marks = replay(run, messages, programs, backward_end, order_known=known)
-        marks = np.array(marks)
-        return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1), backward_end
-    computes = []
-    for k in range(n):
-        program, done = [(fast_queues.SPAWN,)], 0.0
-        for i, bucket in enumerate(costs.buckets):
-            if spec.overlap:
-                segment = (bucket.ready_fraction - done) * backward_work[k]
-                if segment > 0:
-                    program.append((fast_queues.COMPUTE, segment))
-                done = max(done, bucket.ready_fraction)
-                program.append((fast_queues.SIGNAL, i))
-        if done < 1.0:
-            program.append((fast_queues.COMPUTE, (1.0 - done) * backward_work[k]))
-        program.append((fast_queues.MARK,))
-        if not spec.overlap:
-            program += [(fast_queues.SIGNAL, i) for i in range(len(costs.buckets))]
-        computes.append(program + [(fast_queues.JOIN,), (fast_queues.MARK,), optimizer[k]])
-    _, marks = replay(run, messages, collectives + computes, forward, np.arange(n, 2 * n),
-                      pairs=n, order_known=known)
-    done, steps = np.array(marks[:n]), np.array(marks[n:])
-    return steps[:, 1], (done[:, 1::2] - done[:, 0::2]).sum(axis=1), steps[:, 0]
+        _, marks = replay(run, messages, computes, begin, order_known=known,
+                          together=together)
+        marks = np.array(marks)[:, :-1]          # per tensor: launched, done
+        return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1)
+    _, marks = replay(run, messages, collectives + computes, begin, np.arange(n, 2 * n),
+                      pairs=n, order_known=known, together=together)
+    done, synced = np.array(marks[:n]), np.array(marks[n:])[:, 0]
+    return synced, (done[:, 1::2] - done[:, 0::2]).sum(axis=1)
+
+
+def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broadcast):
+    """Each rank's process from the start of the iteration up to backward: the local steps
+    (forward and backward jobs), DDP's buffer broadcast (its messages added to ``messages``),
+    forward; and when it starts.  Where the broadcast happens among ranks of which only some
+    are replayed (one period of a uniform cluster's), the processes start after it
+    (``after_broadcast``), with forward.  And whether the ranks reaching their collectives at
+    one instant are then replayed in simpy's order: not after such a broadcast, whose tree
+    leaves them in another order than rank order, unless two alike hosts stand for all."""
+    spec, costs = run.spec, run.costs
+    n, p = run.ranks.size, spec.world_size
+    steps = [[(fast_queues.COMPUTE, costs.forward_s * f), (fast_queues.COMPUTE,
+                                                           costs.backward_s * f)]
+             * (spec.sync_every - 1) for f in run.factor]
+    broadcast = buckets and spec.broadcast_buffers and costs.buffer_bytes > 0 and p > 1
+    known = True
+    if broadcast and n == p:
+        blk = Block(np.arange(p)[None], p)
+        tree, mine = binomial_broadcast_schedule(run, blk, "broadcast").program(
+            float(costs.buffer_bytes), len(messages[0]))
+        for column, more in zip(messages, mine):
+            column += more
+        for program, body in zip(steps, tree):
+            program += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("broadcast")),
+                        *body, (fast_queues.TOGETHER,), (fast_queues.EXIT,)]
+    elif broadcast:
+        steps = [[] for _ in range(n)]        # the local steps are over before it
+        known = alike
+    for program, f in zip(steps, run.factor):
+        program.append((fast_queues.COMPUTE, costs.forward_s * f))
+    begin = after_broadcast if broadcast and n < p else np.zeros(n)
+    return steps, begin, known
+
+
+def _backward_by_bucket(spec: RunSpec, costs: CostInputs, work: float):
+    """DDP's backward (``strategies.ddp``): with overlap, a job per bucket up to its ready
+    point, each bucket signalled ready after it, then the rest; without, the whole backward,
+    then every bucket."""
+    program, done = [], 0.0
+    for i, bucket in enumerate(costs.buckets):
+        if spec.overlap:
+            segment = (bucket.ready_fraction - done) * work
+            if segment > 0:
+                program.append((fast_queues.COMPUTE, segment))
+            done = max(done, bucket.ready_fraction)
+            program.append((fast_queues.SIGNAL, i))
+    if done < 1.0:
+        program.append((fast_queues.COMPUTE, (1.0 - done) * work))
+    if not spec.overlap:
+        program += [(fast_queues.SIGNAL, i) for i in range(len(costs.buckets))]
+    return program
 
 
 def shared_ends(start, work, threads: float, cores: float, efficiency: tuple = (),

@@ -752,18 +752,19 @@ class Replay(Exception):
 
 
 def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 0,
-           order_known: bool = True):
+           order_known: bool = True, together: int = 0):
     """``fast_queues.simulate`` of ``programs`` (one per process: the run's ranks, or with
     ``pairs`` two per rank), with the run's links, Gloo threads, compute rate and NICs, from
     ``start`` (for ``processes``, indices into the programs; the others start when spawned):
     when each process ends, and its marks.
 
     Processes starting at one instant start in simpy's event order, which ``simulate`` takes
-    to be rank order: so it is on a uniform cluster whose ranks did alike before.  Where they
-    did not (``order_known`` false: stragglers, slow links, a broadcast whose ranks leave in
-    the order they got the buffers), the times must not depend on it: the processes starting
-    at one instant are replayed in reverse order and in ``_ORDERS`` random orders too, and the
-    run declined if any end or mark differs.
+    to be rank order: so it is at the start of an iteration (simpy starts the ranks in rank
+    order), and on a uniform cluster whose ranks did alike before.  Where it may not be
+    (``order_known`` false: a broadcast before, whose ranks leave in the order they got the
+    buffers), the times must not depend on it: the processes starting at one instant are
+    replayed in reverse order and in ``_ORDERS`` random orders too, and the run declined if
+    any end or mark differs.
     """
     if run.r < run.a:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
@@ -780,7 +781,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
 
     def simulate(order, nics):
         return fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
-                                    nics, pairs=pairs, compute_rate=run.a)
+                                    nics, pairs=pairs, compute_rate=run.a, together=together)
 
     before = run.nics.copy()
     finish, marks = simulate(run.ranks[rank].tolist(), run.nics)
@@ -822,11 +823,16 @@ def _binomial_broadcast(sched: Schedule, width: int, collective: str = "all_redu
         m >>= 1
 
 
-def binomial_broadcast(run: Run, blk: "Block", T, nbytes: float, collective: str):
-    """A binomial broadcast of ``nbytes`` from position 0 of each row (DDP's buffers)."""
+def binomial_broadcast_schedule(run: Run, blk: "Block", collective: str) -> Schedule:
+    """A binomial broadcast from position 0 of each row (DDP's buffers)."""
     width = blk.idx.shape[1]
     return run.schedule(f"broadcast {collective}", blk,
-                        lambda s: _binomial_broadcast(s, width, collective)).run(T, nbytes)
+                        lambda s: _binomial_broadcast(s, width, collective))
+
+
+def binomial_broadcast(run: Run, blk: "Block", T, nbytes: float, collective: str):
+    """A binomial broadcast of ``nbytes`` from position 0 of each row, from ``T``."""
+    return binomial_broadcast_schedule(run, blk, collective).run(T, nbytes)
 
 
 def tree_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:

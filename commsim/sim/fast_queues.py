@@ -37,11 +37,11 @@ MEET = ("messages meet on a NIC direction at one instant, and the DES queues the
 _DUE_S = 1e-15
 
 # Actions of a rank's program.
-SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN = \
-    range(13)
+SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
+    TOGETHER = range(14)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
-    _DONE, _SIGNALLED, _ENDED = range(11)
+    _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
 
 
 class NicState:
@@ -92,7 +92,7 @@ class _Direction:
 
 
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
-             compute_rate: float = 1.0):
+             compute_rate: float = 1.0, together: int = 0):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -110,7 +110,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                again), (MARK,) (note the time); and with ``pairs``: (SPAWN,) (process n + k
                starts process k), (SIGNAL, i) (process n + k: rank k's bucket i is ready),
                (READY, i) (process k waits for that), (JOIN,) (process n + k waits for
-               process k to end).
+               process k to end); (TOGETHER,): wait until ``together`` processes have come
+               to it (``SimContext.together``), all leaving in the order they came.
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
     gloo:      gloo(process, t, work) -> when its Gloo thread ends that work from t.
@@ -140,6 +141,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     fired = set()                              # signals and ends processed
     waits = {}                                 # process -> the signal or end it waits for
     spawned = []                               # processes to start at once
+    latch = []                                 # processes at TOGETHER, in the order they came
     jobs = {}                                  # host -> [(end, rank)] in arrival order
     timer = {}                                 # host -> the version of its valid timer
     pc = [0] * n
@@ -238,6 +240,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     return
             elif kind == MARK:
                 marks[k].append(t)
+            elif kind == TOGETHER:
+                latch.append(k)
+                if len(latch) == together:
+                    push(t, _LATCHED, None)
+                return
             elif kind == SPAWN:
                 spawned.append(k - pairs)
             elif kind == SIGNAL:
@@ -260,6 +267,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         t, _, kind, what = heapq.heappop(queue)
         if kind == _RESUME:
             run_rank(what, t)
+        elif kind == _LATCHED:
+            for k in latch:
+                run_rank(k, t)
         elif kind == _SIGNALLED or kind == _ENDED:
             key = what if kind == _SIGNALLED else (what, None)
             k = what[0] if kind == _SIGNALLED else what + pairs
