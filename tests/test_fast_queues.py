@@ -142,3 +142,16 @@ def test_a_request_ahead_of_an_earlier_collective_is_declined():
     with pytest.raises(UserError, match="NIC"):
         simulate([1.0, 1.0], [0, 2], [0, 1], [[(SEND, 0)], [(RECV, 0)]],
                  ([0], [1], [0.1], [1.0], [0], [1]), lambda k, t, w: t + w, nics)
+
+
+@pytest.mark.parametrize("strategy, hosts, local, kw", [
+    ("ring", 32, 2, dict(algorithm="recursive_doubling", stragglers={5: 1.5})),
+    ("ddp", 16, 4, dict(algorithm="rabenseifner", slow_links_Bps={3: 30e6})),
+    ("ddp", 24, 2, dict(algorithm="recursive_doubling", stragglers={0: 0.7}, sync_every=2)),
+    ("ring", 20, 3, dict(algorithm="tree", slow_links_Bps={7: 30e6}, stragglers={30: 1.4}))])
+def test_uneven_shared_hosts_at_scale(strategy, hosts, local, kw):
+    """Up to 64 ranks, each rank's process replayed from the start of the iteration: the order
+    in which the DES's ranks reach their collectives comes out of it, nothing is declined."""
+    sc = scenario(strategy, hosts, local, **kw)
+    assert predict(ONE_TENSOR, strategy, hosts, sc, engine="auto").engine == "fast"
+    assert exact_or_declined(ONE_TENSOR, strategy, hosts, sc)

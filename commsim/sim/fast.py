@@ -52,16 +52,19 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rings of groups cutting across hosts,
   whose hosts carry several ring edges; dp, whose devices' gradients would queue behind each
-  other before the root's; and the messages of trees, recursive doubling, rabenseifner,
-  binomial ps and DDP's buffer broadcast where the order of ranks starting at one instant
-  (after a straggler, a slow link or the buffer broadcast) decides their queue and no replay
-  in other orders agrees (``fast_collectives.replay``).  Elsewhere those schedules' messages
-  queue as in the DES: the run's collectives are replayed through FIFO NIC directions with
-  simpy's tie order (``commsim.sim.fast_queues``), over two hosts where a power of two of
-  alike hosts run a doubling algorithm.  The world ring and hierarchical keep one rank per
-  NIC direction; linear ps's senders on one host queue behind each other, but only the root's
-  last delivery counts, which queueing in front of its work-conserving receive direction
-  does not change;
+  other before the root's; and, rarely, the messages of trees, recursive doubling,
+  rabenseifner and binomial ps where the replay starts after DDP's buffer broadcast on one
+  period of a uniform cluster and the order its ranks leave the broadcast in decides their
+  queue (``fast_collectives.replay``).  Elsewhere those schedules' messages queue as in the
+  DES: every rank's process, from the start of the iteration, is replayed through FIFO NIC
+  directions and the hosts' CPU timers with simpy's tie order (``_sync_replayed``,
+  ``commsim.sim.fast_queues``), over two hosts where a power of two of alike hosts run a
+  doubling algorithm.  That replay is an event simulation of its own (about 2 us an event):
+  a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks, an uneven one
+  or one whose doubling algorithm folds seconds at 1,024 ranks.  The world ring and
+  hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
+  each other, but only the root's last delivery counts, which queueing in front of its
+  work-conserving receive direction does not change;
 * calibrated contention that would slow a message while compute runs on the same cores
   (except where the ranks of a host keep in step: none does in a ring, and the parameter
   server's one case, rank 1 stepping beside its scattering root with two ranks per host,
@@ -84,8 +87,7 @@ from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact,
                                           sharing_rate,
                                           binomial_gather_mean_scatter,
                                           binomial_gather_scatter_schedules, cpu_rate,
-                                          host_bandwidths, intra_link, lcm, replay,
-                                          uniform_cluster)
+                                          host_bandwidths, intra_link, lcm, replay)
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 
@@ -599,7 +601,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
                 t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
         except Replay:         # messages would queue on a NIC: every tensor at once
             run = Run(spec, costs, np.arange(p))
-            t = _binomial_ps_replayed(run, blk, backward_end)
+            t = _binomial_ps_replayed(run, blk)
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
@@ -650,14 +652,17 @@ def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: f
     return begin, begin + work / alone, 1.0 / costs.contended_Bps(load)
 
 
-def _binomial_ps_replayed(run: Run, blk: Block, backward_end):
-    """Binomial ps where messages queue on a NIC: every rank's process (per tensor: begin, the
-    gather's overhead and schedule with the root's mean, the scatter's, end; then the
-    optimizer step), replayed through the NIC queues.  When each rank is synchronised."""
+def _binomial_ps_replayed(run: Run, blk: Block):
+    """Binomial ps where messages queue on a NIC: every rank's process from the start of the
+    iteration (its compute; per tensor: begin, the gather's overhead and schedule with the
+    root's mean, the scatter's, end; the optimizer step), replayed through the NIC queues and
+    the hosts' CPUs.  When each rank is synchronised."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
-    programs = [[] for _ in range(run.ranks.size)]
     messages = [[] for _ in range(6)]
+    programs, begin, _ = _compute_programs(run, False, messages, False, None)
+    for program, f in zip(programs, run.factor):
+        program.append((fast_queues.COMPUTE, costs.backward_s * f))
     for n in costs.param_bytes:
         parts = (gather.replayed(n, messages), scatter.replayed(n, messages))
         for k, (up, down) in enumerate(zip(*parts)):
@@ -667,7 +672,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, backward_end):
     for k, program in enumerate(programs):
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
-    _, marks = replay(run, messages, programs, backward_end, order_known=uniform_cluster(run.spec))
+    _, marks = replay(run, messages, programs, begin)
     return np.array(marks)[:, 0]
 
 

@@ -7,17 +7,18 @@ load a host's NIC unevenly once a straggler or a slow link shifts the ranks.  Th
 direction when the send and the receive are both posted, holds it while it requests the
 receiver's receive direction, transmits, and releases both (simpy resources: FIFO in request
 order).  ``NicState`` keeps, per host, when each direction is free and when it was last
-requested, across the collectives of one run; ``simulate`` replays one collective's messages
-through those queues.
+requested, across the collectives of one run; ``simulate`` replays the ranks' processes
+(their compute jobs, their collectives' messages and reductions) through those queues and the
+hosts' CPUs.
 
-``simulate`` is a small event simulation over the collective's ranks, in time order with
-simpy's tie order: events at one instant run in the order they were scheduled, and every step
-the DES takes through simpy's queue between two actions (a resource granted, a release
-processed, a transfer's completion delivered, an all_of completed, a process resumed) is one
-event here too, so that two messages asking for one direction at the same instant queue as in
-the DES.  The ranks of a collective that start at one instant start in rank order, as the
-DES's processes do.  It costs O(messages log messages) Python operations: the fast engine runs
-it only for a collective whose messages would meet (``NicState.accept`` says), and on a
+``simulate`` is a small event simulation, in time order with simpy's tie order: events at one
+instant run in the order they were scheduled, and every step the DES takes through simpy's
+queue between two actions (a resource granted, a release processed, a transfer's completion
+delivered, an all_of completed, a CPU timer set again and fired, a process spawned, signalled
+or resumed) is one event here too, so that two messages asking for one direction at the same
+instant queue as in the DES.  Processes that start at one instant start in the order given
+(rank order, as the DES starts them).  It costs O(events log events) Python operations: the
+fast engine runs it only where messages would meet (``NicState.accept`` says), and on a
 uniform cluster for one representative pair of hosts (``fast_collectives``).
 """
 from __future__ import annotations
