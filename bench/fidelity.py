@@ -195,15 +195,17 @@ def calibration_row(prof, n: int, rate: float, wall_s: float, model: str | None 
 
 
 def measured_from_rows(data: dict) -> dict:
-    """The live measurements a fidelity.json holds (main and what-if rows, the passes from the
-    noise floor), keyed as ``main`` keys them: enough for ``validate.compare``."""
+    """The live measurements a fidelity.json holds (main, what-if, third-rate and second-model
+    rows, the passes from the noise floor), keyed as ``main`` keys them: enough for
+    ``validate.compare``."""
     passes = {(r["strategy"], r["nodes"], r["rate_Bps"]): r["pass_iteration_s"]
               for r in data.get("noise_floor", {}).get("rows", [])}
     out = {}
     # The third rate's cells were calibrated at no rate: only the cross-rate rows hold them.
     third = [r for r in data.get("cross_rate", {}).get("rows", [])
              if r["rate_Bps"] == data.get("third_rate_Bps")]
-    for row in data["main"]["rows"] + data.get("whatifs", {}).get("rows", []) + third:
+    for row in (data["main"]["rows"] + data.get("whatifs", {}).get("rows", []) + third
+                + data.get("second_model", {}).get("rows", [])):
         key = (row["strategy"], row["nodes"], row["rate_Bps"], row.get("variant", ""))
         rec = {"strategy": row["strategy"], "nodes": row["nodes"],
                "batch_per_rank": row["batch_per_rank"], "iteration_s": row["measured_s"],
@@ -363,9 +365,11 @@ def main(argv=None) -> int:
                    for row in check(g, profiles[(max(rates), top, None)])]
     # Another link rate from one profile (the what-if a user asks): the same live cells,
     # predicted from the profile of every other rate, and the third rate's from all of them.
-    cross_rows = [row for rate in rates for other in rates if other != rate
+    # Each row says which profile predicted it (the table lists them in this order).
+    cross_rows = [{**row, "profile_rate_Bps": other} for rate in rates for other in rates
+                  if other != rate
                   for row in check(grid(nodes, rate), profiles[(other, top, None)])]
-    cross_rows += [row for other in rates if third is not None
+    cross_rows += [{**row, "profile_rate_Bps": other} for other in rates if third is not None
                    for row in check(grid((top,), third), profiles[(other, top, None)])]
     second_rows = ([row for row in check(grid(nodes, max(rates), model=args.second_model),
                                          profiles[(max(rates), top, args.second_model)])]
@@ -375,7 +379,9 @@ def main(argv=None) -> int:
     sections = (("Calibrated at 4 nodes on each link", main_rows, targets),
                 ("Calibrated at 2 nodes, predicting 3 and 4 (extrapolation)", ext_rows,
                  whatif_targets),
-                ("Calibrated on another link rate (link-rate what-if)", cross_rows,
+                ("Calibrated on another link rate (link-rate what-if): each rate's cells "
+                 "from the other rate's profile, then the third rate's from each profile, "
+                 "slowest link first", cross_rows,
                  whatif_targets),
                 ("A second model, calibrated with --model", second_rows, whatif_targets),
                 ("What-ifs run live: local aggregation (k), groups (g), fp16 compression",
