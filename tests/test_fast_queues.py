@@ -155,3 +155,11 @@ def test_uneven_shared_hosts_at_scale(strategy, hosts, local, kw):
     sc = scenario(strategy, hosts, local, **kw)
     assert predict(ONE_TENSOR, strategy, hosts, sc, engine="auto").engine == "fast"
     assert exact_or_declined(ONE_TENSOR, strategy, hosts, sc)
+
+
+@pytest.mark.parametrize("hosts, local", [(1, 2), (3, 2), (2, 3)])
+@pytest.mark.parametrize("kw", [{}, dict(stragglers={1: 1.5}), dict(slow_links_Bps={0: 30e6})])
+def test_dp_devices_sharing_a_host(hosts, local, kw):
+    """DataParallel's devices on shared hosts: device 0's messages to all queue on its NIC,
+    and the others' on theirs."""
+    assert exact_or_declined(DISTINCT, "dp", hosts, scenario("dp", hosts, local, **kw))

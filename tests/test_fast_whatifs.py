@@ -148,15 +148,6 @@ def test_large(strategy, nodes, kw):
 
 # -- where the fast engine declines --------------------------------------------------------------
 
-def test_dp_devices_sharing_a_host_go_to_the_des():
-    """dp devices on one host: their gradients would queue behind each other before the
-    root's, in the DES's event order.  auto falls back; fast says why."""
-    sc = Scenario(global_batch=256, ranks_per_host=2, cores_per_host=8)
-    assert predict(PROFILE, "dp", 2, sc, engine="auto").engine == "des"
-    with pytest.raises(UserError, match="NIC"):
-        predict(PROFILE, "dp", 2, sc, engine="fast")
-
-
 @pytest.mark.parametrize("case", OPTIONS, ids=option_id)
 def test_auto_uses_the_fast_engine_for_every_option(case):
     """No option sends a plain cluster to the DES (1,024 ranks would take it minutes)."""
@@ -177,7 +168,7 @@ DECLINED = ("NIC", "oversubscribe")
 def combinations(draw):
     strategy = draw(st.sampled_from(["ring", "ddp", "ps", "dp"]))
     nodes = draw(st.integers(1, 9))
-    local = draw(st.integers(1, 3)) if strategy != "dp" else 1
+    local = draw(st.integers(1, 3))
     world = nodes * local
     kw = dict(ranks_per_host=local)
     threads = THREADS + (strategy == "ddp")

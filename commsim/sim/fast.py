@@ -51,14 +51,14 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   of one host, and the linear parameter server, whose optimizer steps ``shared_ends`` shares);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rings of groups cutting across hosts,
-  whose hosts carry several ring edges; dp, whose devices' gradients would queue behind each
-  other before the root's; and, rarely, the messages of trees, recursive doubling,
+  whose hosts carry several ring edges; and, rarely, the messages of trees, recursive doubling,
   rabenseifner and binomial ps where the replay starts after DDP's buffer broadcast on one
   period of a uniform cluster and the order its ranks leave the broadcast in decides their
   queue (``fast_collectives.replay``).  Elsewhere those schedules' messages queue as in the
   DES: every rank's process, from the start of the iteration, is replayed through FIFO NIC
   directions and the hosts' CPU timers with simpy's tie order (``_sync_replayed``,
-  ``commsim.sim.fast_queues``), over two hosts where a power of two of alike hosts run a
+  ``commsim.sim.fast_queues``; dp's devices on shared hosts likewise,
+  ``_data_parallel_replayed``), over two hosts where a power of two of alike hosts run a
   doubling algorithm.  That replay is an event simulation of its own (about 2 us an event):
   a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks, an uneven one
   or one whose doubling algorithm folds seconds at 1,024 ranks.  The world ring and
@@ -652,6 +652,80 @@ def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: f
     return begin, begin + work / alone, 1.0 / costs.contended_Bps(load)
 
 
+def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
+                            outputs: float) -> Timing:
+    """``data_parallel`` with devices sharing a host, whose messages queue behind each other
+    on its NIC: every device's process (``strategies.dp``) replayed from the start through
+    the NIC queues and the hosts' CPUs (``fast_collectives.replay``).  Device 0 posts its
+    sends (or receives) to all at once in each phase; a phase of device 0, and each of the
+    others' two, is a collective (its begin and end marked: the device's time in them)."""
+    p = spec.world_size
+    run = Run(spec, costs, np.arange(p))
+    model = float(costs.model_bytes)
+    others = np.arange(1, p)
+    messages = [[] for _ in range(6)]
+
+    def phase(src, dst, nbytes, collective):
+        """One message per other device, src -> dst: their ids."""
+        lat, per_byte, inter = run.link(src, dst, collective)
+        first = len(messages[0])
+        hs, hd = np.where(inter, src // run.rph, -1), np.where(inter, dst // run.rph, -1)
+        for column, values in zip(messages, (src, dst, lat, nbytes * per_byte, hs, hd)):
+            column += np.broadcast_to(values, others.shape).tolist()
+        return list(range(first, first + others.size))
+
+    root = np.zeros_like(others)
+    data = phase(root, others, inputs, "scatter")
+    weights = phase(root, others, model, "broadcast")
+    out = phase(others, root, outputs, "gather")
+    grads_back = phase(root, others, outputs, "scatter")
+    grads = phase(others, root, model, "gather")
+    o = {k: costs.overhead(k) for k in ("scatter", "broadcast", "gather")}
+    enter, leave, mark = (fast_queues.ENTER,), (fast_queues.EXIT,), (fast_queues.MARK,)
+
+    def collective(*body):
+        return [mark, enter, *body, leave, mark]
+
+    def compute(work, f):
+        return (fast_queues.COMPUTE, work * f)
+
+    f = run.factor
+    programs = [[*collective((fast_queues.WAIT, o["scatter"]), (fast_queues.ALL, data, [])),
+                 *collective((fast_queues.WAIT, o["broadcast"]), (fast_queues.ALL, weights, [])),
+                 compute(costs.forward_s, f[0]),
+                 *collective((fast_queues.WAIT, o["gather"]), (fast_queues.ALL, [], out)),
+                 *collective((fast_queues.WAIT, o["scatter"]),
+                             (fast_queues.ALL, grads_back, [])),
+                 compute(costs.backward_s, f[0]),
+                 *collective((fast_queues.WAIT, o["gather"]), (fast_queues.ALL, [], grads),
+                             (fast_queues.GLOO, (p - 1) * model * costs.gamma_s_per_B)),
+                 compute(costs.optimizer_s, f[0])]]
+    for i, k in enumerate(others.tolist()):
+        programs.append([
+            *collective((fast_queues.WAIT, o["scatter"]), (fast_queues.RECV, data[i]),
+                        (fast_queues.WAIT, o["broadcast"]), (fast_queues.RECV, weights[i])),
+            compute(costs.forward_s, f[k]),
+            *collective((fast_queues.WAIT, o["gather"]), (fast_queues.SEND, out[i]),
+                        (fast_queues.WAIT, o["scatter"]), (fast_queues.RECV, grads_back[i])),
+            compute(costs.backward_s, f[k]),
+            *collective((fast_queues.WAIT, o["gather"]), (fast_queues.SEND, grads[i]))])
+    finish, marks = replay(run, messages, programs, np.zeros(p))
+    comm = np.array([sum(m[1::2]) - sum(m[0::2]) for m in marks])
+    compute_s = (costs.forward_s + costs.backward_s) * f / run.a
+    compute_s[0] += costs.optimizer_s * f[0] / run.a
+    root_sent = (p - 1) * (inputs + model + outputs)
+    sent = np.concatenate(([root_sent], np.full(p - 1, outputs + model)))
+    received = np.concatenate(([(p - 1) * (outputs + model)],
+                               np.full(p - 1, inputs + model + outputs)))
+    crossing = np.arange(p) // run.rph != 0
+    nic_sent = np.where(crossing, sent, 0.0)
+    nic_received = np.where(crossing, received, 0.0)
+    nic_sent[0] = crossing[1:].sum() * (inputs + model + outputs)
+    nic_received[0] = crossing[1:].sum() * (outputs + model)
+    return _timing(p, finish, compute_s, comm, sent, received, _hosts_of(spec, nic_sent),
+                   _hosts_of(spec, nic_received))
+
+
 def _binomial_ps_replayed(run: Run, blk: Block):
     """Binomial ps where messages queue on a NIC: every rank's process from the start of the
     iteration (its compute; per tensor: begin, the gather's overhead and schedule with the
@@ -681,10 +755,9 @@ def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: floa
     forward, gather outputs, scatter their gradients, backward, reduce gradients, optimizer on
     device 0.  ``inputs``/``outputs``: bytes of one device's share."""
     c = spec.cluster
-    if c.ranks_per_host > 1:
-        raise NotExact("dp devices sharing a host queue their messages on its NIC in the DES's "
-                       "event order")
     p = spec.world_size
+    if c.ranks_per_host > 1 and p > 1:
+        return _data_parallel_replayed(spec, costs, inputs, outputs)
     f = _factors(spec)
     a = _compute_rate(spec, costs)
     b = cpu_rate(c.cores_per_host, 1)

@@ -783,6 +783,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
         return fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
                                     nics, pairs=pairs, compute_rate=run.a, together=together)
 
+    if run.nics is None:                 # one host: nothing crosses a NIC
+        run.nics = NicState(run.spec.cluster.hosts)
     before = run.nics.copy()
     finish, marks = simulate(run.ranks[rank].tolist(), run.nics)
     if not order_known:

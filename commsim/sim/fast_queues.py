@@ -39,7 +39,7 @@ _DUE_S = 1e-15
 
 # Actions of a rank's program.
 SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
-    TOGETHER = range(14)
+    TOGETHER, ALL = range(15)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
     _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
@@ -105,7 +105,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                in its event order; rank order on a uniform cluster).
     host:      per process, its host (whose cores its jobs share with co-located ranks').
     programs:  per process, its actions in order: (SEND, message), (RECV, message),
-               (EXCHANGE, message sent, message received), (GLOO, work seconds) on the Gloo
+               (EXCHANGE, message sent, message received), (ALL, messages sent, messages
+               received) (posted in that order, all awaited), (GLOO, work seconds) on the Gloo
                thread, (COMPUTE, work seconds) at ``compute_rate``, (WAIT, seconds),
                (ENTER,) or (EXIT,) (a collective begins or ends: its host's CPU timer is set
                again), (MARK,) (note the time); and with ``pairs``: (SPAWN,) (process n + k
@@ -230,6 +231,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 post(action[1], t)
                 post(action[2], t)
                 return
+            if kind == ALL:
+                pending[k] = len(action[1]) + len(action[2])
+                for m in action[1]:
+                    waiting_on[2 * m] = k
+                for m in action[2]:
+                    waiting_on[2 * m + 1] = k
+                for m in (*action[1], *action[2]):
+                    post(m, t)
+                return
             if kind == SEND or kind == RECV:
                 pending[k] = 1
                 waiting_on[2 * action[1] + (kind == RECV)] = k
@@ -309,7 +319,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             k = waiting_on[what]
             pending[k] -= 1
             if pending[k] == 0:
-                if programs[k][pc[k] - 1][0] == EXCHANGE:
+                if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
                     push(t, _RESUME, k)            # all_of's own event first
                 else:
                     run_rank(k, t)
