@@ -163,3 +163,16 @@ def test_dp_devices_sharing_a_host(hosts, local, kw):
     """DataParallel's devices on shared hosts: device 0's messages to all queue on its NIC,
     and the others' on theirs."""
     assert exact_or_declined(DISTINCT, "dp", hosts, scenario("dp", hosts, local, **kw))
+
+
+@pytest.mark.parametrize("strategy, hosts, local, kw", [
+    ("ring", 3, 2, dict(group_size=3)),
+    ("ddp", 4, 2, dict(group_size=3, compression="fp16")),
+    ("ring", 5, 3, dict(group_size=4, stragglers={8: 0.7}, slow_links_Bps={4: 60e6})),
+    ("ddp", 5, 3, dict(group_size=4, stragglers={2: 1.3}, sync_every=2))])
+def test_rings_of_groups_across_hosts(strategy, hosts, local, kw):
+    """Groups cutting across hosts give a host several ring edges on one NIC direction: the
+    ring's steps are replayed as a schedule of shifts."""
+    sc = scenario(strategy, hosts, local, **kw)
+    assert predict(DISTINCT, strategy, hosts, sc, engine="auto").engine == "fast"
+    assert exact_or_declined(DISTINCT, strategy, hosts, sc)

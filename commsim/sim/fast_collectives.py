@@ -12,8 +12,8 @@ ring's 2(p-1) steps are aggregated (``_ring_phase``, ``RingPaths``).
 
 That walk is exact while no NIC direction carries two messages at once and no host's cores are
 oversubscribed by a rank's own threads.  The first is checked on shared hosts: a ring must keep
-one rank per host on each NIC direction (``Run.claim_nic``); a schedule's messages are first
-timed without queues, and where two would meet on a direction (``NicState.accept``) the run's
+one rank per host on each NIC direction (``Run.claim_nic``, else its steps are replayed as a
+schedule, ``ring_schedule``); a schedule's messages are first timed without queues, and where two would meet on a direction (``NicState.accept``) the run's
 collectives are replayed through the NICs' FIFO queues, rank by rank (``Replay``, ``replay``
 and ``commsim.sim.fast_queues``).  On a uniform cluster the doubling algorithms over a power
 of two of alike hosts replay two of them (``Block.alike``).  The second is
@@ -235,7 +235,12 @@ def ring_steps(run: Run, blk: Block, post, nbytes: float):
     lat, per_byte, inter = run.link(ranks, right, "all_reduce")
     edge_s = lat + chunk * per_byte
     if run.shared_nics and inter.any():
-        run.claim_nic(ranks[inter], right[inter])
+        try:
+            run.claim_nic(ranks[inter], right[inter])
+        except NotExact:
+            if run.replays:
+                raise Replay from None
+            raise
     post = _ring_phase(run, blk.idx, post, p - 1, edge_s, chunk * run.costs.gamma_s_per_B)
     post = _ring_phase(run, blk.idx, post, p - 1, edge_s, 0.0)
     moved = 2 * (p - 1) * chunk
@@ -548,7 +553,7 @@ def ring_allreduce(run: Run, blk: Block, t, nbytes: float, average: bool = True)
 
 # -- schedules of messages ------------------------------------------------------------------------
 
-_SEND, _EXCHANGE, _GLOO = range(3)
+_SEND, _EXCHANGE, _GLOO, _SHIFT = range(4)
 
 
 def _cols(positions):
@@ -577,6 +582,8 @@ class Schedule:
       is delivered; then dst reduces work·n seconds on its Gloo thread;
     * exchange(cols, partner, mult, work): each position of ``cols`` sends mult·n bytes to and
       receives from ``cols[partner]`` (done when both are delivered), then reduces work·n;
+    * shift(cols, right, mult, work): the same, sending to ``cols[right]`` and receiving from
+      the position whose right it is (a ring step);
     * gloo(cols, work): those positions reduce work·n.
     """
 
@@ -614,6 +621,10 @@ class Schedule:
         self.steps.append((_EXCHANGE, _cols(cols), partner, lat, per_byte, crossing, mult,
                            work))
 
+    def shift(self, cols, right, mult=1.0, work: float = 0.0):
+        lat, per_byte, crossing, mult = self._messages(cols, cols[right], mult, "all_reduce")
+        self.steps.append((_SHIFT, _cols(cols), right, lat, per_byte, crossing, mult, work))
+
     def gloo(self, cols, work: float):
         self.steps.append((_GLOO, _cols(cols), None, 0.0, 0.0, None, None, work))
 
@@ -642,6 +653,8 @@ class Schedule:
                 begin = _get(T, src)
                 begin = np.maximum(begin, np.take(begin, dst, axis=1))
             got = begin + (lat + size * per_byte)
+            if kind == _SHIFT:         # done when its own and its left's message are delivered
+                got = np.maximum(got, np.take(got, np.argsort(dst), axis=1))
             inter, ends = crossing
             if run.nics is not None and ends is not None:
                 busy = np.broadcast_to(size * per_byte, begin.shape)[inter]
@@ -725,7 +738,8 @@ class Schedule:
                     if work:
                         programs[b].append(after)
             else:
-                back = ids[:, dst]                 # the message each position receives
+                # The message each position receives: its partner's, or its left's.
+                back = ids[:, np.argsort(dst)] if kind == _SHIFT else ids[:, dst]
                 for a, m, r in zip(s.ravel().tolist(), ids.ravel().tolist(),
                                    back.ravel().tolist()):
                     programs[a].append((fast_queues.EXCHANGE, m, r))
@@ -917,9 +931,26 @@ def rabenseifner_schedule(run: Run, blk: Block, average: bool = True) -> Schedul
                         lambda s: _folded(s, blk, gamma, average, halving_doubling))
 
 
+def ring_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
+    """``collectives.ring_allreduce`` after the overhead, step by step (for a replay: the ring
+    is timed by ``ring_steps`` elsewhere): 2(size-1) shifts of a chunk to the right, the first
+    half each reducing it, then the divide."""
+    width = blk.idx.shape[1]
+    gamma = run.costs.gamma_s_per_B
+
+    def build(s):
+        cols, right = np.arange(width), np.roll(np.arange(width), -1)
+        for step in range(2 * (width - 1)):
+            s.shift(cols, right, 1.0 / width, gamma / width if step < width - 1 else 0.0)
+        if average:
+            s.gloo(cols, gamma)
+
+    return run.schedule(f"ring {average}", blk, build)
+
+
 # The all-reduces that are schedules of messages (their NIC queues can be replayed).
 SCHEDULES = {"tree": tree_schedule, "recursive_doubling": recursive_doubling_schedule,
-             "rabenseifner": rabenseifner_schedule}
+             "rabenseifner": rabenseifner_schedule, "ring": ring_schedule}
 
 
 def _scheduled(name: str):
