@@ -47,15 +47,17 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   ``_in_step``: then its cores and curve are shared by equal jobs running together);
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
-  (except where they keep in step, ``_in_step``: a uniform world ring of two ranks per host or
-  of one host, and the linear parameter server, whose optimizer steps ``shared_ends`` shares);
+  (except where they keep in step, ``_in_step``: a uniform world ring of one or two ranks per
+  host or of one host, and the linear parameter server, whose optimizer steps
+  ``shared_ends`` shares);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rarely, where the replay starts after
   DDP's buffer broadcast on one period of a uniform cluster and the order its ranks leave the
   broadcast in decides their queue (``fast_collectives.replay``).  Elsewhere messages that
   meet (trees, recursive doubling, rabenseifner, binomial ps, rings of groups cutting across
-  hosts, whose hosts carry several ring edges) queue as in the DES: every rank's process, from the start of the iteration, is replayed through FIFO NIC
-  directions and the hosts' CPU timers with simpy's tie order (``_sync_replayed``,
+  hosts, whose hosts carry several ring edges) queue as in the DES: every rank's process,
+  from the start of the iteration, is replayed through FIFO NIC directions and the hosts'
+  CPU timers with simpy's tie order (``_sync_replayed``,
   ``commsim.sim.fast_queues``; dp's devices on shared hosts likewise,
   ``_data_parallel_replayed``), over two hosts where a power of two of alike hosts run a
   doubling algorithm.  That replay is an event simulation of its own (about 2 us an event):

@@ -13,9 +13,10 @@ ring's 2(p-1) steps are aggregated (``_ring_phase``, ``RingPaths``).
 That walk is exact while no NIC direction carries two messages at once and no host's cores are
 oversubscribed by a rank's own threads.  The first is checked on shared hosts: a ring must keep
 one rank per host on each NIC direction (``Run.claim_nic``, else its steps are replayed as a
-schedule, ``ring_schedule``); a schedule's messages are first timed without queues, and where two would meet on a direction (``NicState.accept``) the run's
-collectives are replayed through the NICs' FIFO queues, rank by rank (``Replay``, ``replay``
-and ``commsim.sim.fast_queues``).  On a uniform cluster the doubling algorithms over a power
+schedule, ``ring_schedule``); a schedule's messages are first timed without queues, and where
+two would meet on a direction (``NicState.accept``) the run's collectives are replayed
+through the NICs' FIFO queues, rank by rank (``Replay``, ``replay`` and
+``commsim.sim.fast_queues``).  On a uniform cluster the doubling algorithms over a power
 of two of alike hosts replay two of them (``Block.alike``).  The second is
 ``fast.unsupported``'s business, except for DDP's Gloo thread beside backward, which
 ``Run.gloo`` models with processor sharing.  With one rank per host the first always holds: a
