@@ -1,7 +1,12 @@
 """How ``predict``, ``sweep`` and ``tune`` scale with ranks: every option and pair of options.
 
 Usage:  python bench/scale.py [--profile FILE] [--ranks 1024,65536] [--no-pairs] [--no-fresh]
-                              [--no-commands] [--timeout S]
+                              [--no-commands] [--timeout S] [--combos]
+
+``--combos`` looks for the slow corners the default run leaves out: node counts that are not
+a power of two (1,000 ranks beside 1,024) and triples of options (every pair of options with
+ranks-per-host 2 and a straggler or a slow link, which make hosts uneven), in-process only
+(no fresh processes, no sweep or tune).
 
 Steps:
 1. load the profile (``--profile``, else the bundled one, else VGG-11's real parameter shapes from
@@ -101,17 +106,40 @@ def vgg11_nominal() -> Profile:
         network=NetworkFit(**link), collectives=colls)
 
 
-def cases(pairs: bool):
+# ``--combos``: the options that make hosts uneven or share a NIC, combined with every pair.
+UNEVEN = ("straggler 1:1.5", "slow-link 3:10mbit")
+SHARED = "ranks-per-host 2"
+
+
+def combined(names) -> list:
+    """(label, strategy, options) of options ``names`` together, on every strategy that takes
+    them all; none where two set the same option or the strategies refuse the mix."""
+    chosen = [OPTIONS[name] for name in names]
+    keys = [key for options, _ in chosen for key in options]
+    if len(set(keys)) < len(keys) or any(
+            pair in EXCLUSIVE or pair[::-1] in EXCLUSIVE
+            for pair in itertools.combinations(names, 2)):
+        return []
+    options = {k: v for o, _ in chosen for k, v in o.items()}
+    return [(" + ".join(names), s, options) for s in STRATEGIES
+            if all(s in strategies for _, strategies in chosen)]
+
+
+def cases(pairs: bool, triples: bool = False):
     """(label, strategy, options): the defaults, every option on every strategy it applies to,
-    and (``pairs``) every pair of options on every strategy that takes both."""
+    (``pairs``) every pair of options on every strategy that takes both, and (``triples``)
+    each uneven option (``UNEVEN``) with ranks-per-host 2 and any third option."""
     out = [("defaults", s, {}) for s in STRATEGIES]
     for name, (options, strategies) in OPTIONS.items():
         out += [(name, s, options) for s in strategies]
     if pairs:
-        for (a, (oa, sa)), (b, (ob, sb)) in itertools.combinations(OPTIONS.items(), 2):
-            if not oa.keys() & ob.keys() and (a, b) not in EXCLUSIVE:
-                out += [(f"{a} + {b}", s, {**oa, **ob}) for s in STRATEGIES
-                        if s in sa and s in sb]
+        for names in itertools.combinations(OPTIONS, 2):
+            out += combined(names)
+    if triples:
+        for uneven in UNEVEN:
+            for third in OPTIONS:
+                if third not in (SHARED, *UNEVEN[:UNEVEN.index(uneven) + 1]):
+                    out += combined((uneven, SHARED, third))
     return out
 
 
@@ -190,6 +218,13 @@ def fresh(argv: list[str], timeout: int) -> dict:
     return out
 
 
+def target_s(ranks: int) -> float:
+    """The predict target at ``ranks``: that of the least target rank count at or above it
+    (1,000 ranks are held to 1,024's), the largest one's beyond."""
+    above = [r for r in PREDICT_TARGET_S if r >= ranks]
+    return PREDICT_TARGET_S[min(above) if above else max(PREDICT_TARGET_S)]
+
+
 def verdict(run: dict, limit_s: float) -> str:
     """The target and whether the run's wall and CPU time and peak RSS met it."""
     memory = run["rss_B"] < MEMORY_TARGET
@@ -206,8 +241,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fresh", action="store_true", help="no fresh predict processes")
     ap.add_argument("--no-commands", action="store_true", help="no sweep or tune")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per prediction or command")
+    ap.add_argument("--combos", action="store_true",
+                    help="1,000 and 1,024 ranks (unless --ranks), triples, in-process only")
     args = ap.parse_args(argv)
     prof = bench_profile(args.profile)
+    if args.combos:
+        args.no_fresh = args.no_commands = True
+        if args.ranks == ap.get_default("ranks"):
+            args.ranks = "1000,1024"
     rank_counts = [int(x) for x in args.ranks.split(",")]
     print(f"profile: {prof.model_name}, {len(prof.params)} tensors, {prof.model_bytes / 1e6:.1f} MB "
           f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores")
@@ -216,10 +257,12 @@ def main(argv=None) -> int:
     print(f"{'option':40} {'strategy':8} {'ranks':>6} {'engine':6} {'wall s':>7} {'cpu s':>6} "
           f"{'MiB':>5} | {'fresh':>6} {'cpu s':>6} {'MiB':>5}  target (fresh process where run)")
     missed, declines = [], []
-    for label, strategy, options in cases(not args.no_pairs):
+    for label, strategy, options in cases(not args.no_pairs, args.combos):
         single = "+" not in label
         for ranks in rank_counts:
-            limit = PREDICT_TARGET_S.get(ranks, PREDICT_TARGET_S[max(PREDICT_TARGET_S)])
+            if ranks % options.get("ranks_per_host", 1):
+                continue
+            limit = target_s(ranks)
             reason = declined(prof, strategy, ranks, options)
             if reason is None:
                 got = in_child(prof, strategy, ranks, options, args.timeout)
