@@ -149,13 +149,18 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     pc = [0] * n
     finish = list(start)
     marks = [[] for _ in range(n)]
-    queue = []
-    seq = 0
+    # simpy's queue, ordered by (time, scheduling order): the instants to come on a heap, and
+    # per instant its events in the order scheduled.  Ties are the rule on alike hosts, so
+    # this sorts far fewer entries than a heap of every event would.
+    instants = []
+    at = {}
 
     def push(t, kind, what):
-        nonlocal seq
-        heapq.heappush(queue, (t, seq, kind, what))
-        seq += 1
+        bucket = at.get(t)
+        if bucket is None:
+            at[t] = bucket = []
+            heapq.heappush(instants, t)
+        bucket.append((kind, what))
 
     busy_before = [(dict(zip(hosts, free[hosts].tolist())),
                     dict(zip(hosts, requested[hosts].tolist())))
@@ -173,13 +178,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         raise NotExact(reason)
 
     def request(d, h, m, t):
-        tol = _TOUCH_RTOL * max(1.0, abs(t))
-        if t < busy_before[d][1][h] - tol:
+        earlier = busy_before[d][1][h]
+        if earlier > -np.inf and t < earlier - _TOUCH_RTOL * max(1.0, abs(t)):
             refuse("a message would take a NIC direction ahead of an earlier collective's, "
                    "which the DES serves in request order")
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
-        requested[d][h] = max(requested[d][h], t)
+        if t > requested[d][h]:
+            requested[d][h] = t
         if free:
             direction.holder = m
             push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
@@ -205,9 +211,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             request(0, tx_host[m], m, t)
 
     def reschedule(h, t):
-        timer[h] = timer.get(h, 0) + 1
-        if jobs.get(h):
-            push(min(end for end, _ in jobs[h]), _TIMER, (h, timer[h]))
+        version = timer[h] = timer.get(h, 0) + 1
+        running = jobs.get(h)
+        if running:
+            push(min(running)[0], _TIMER, (h, version))
 
     def run_rank(k, t):
         """Process k's actions from t until one waits."""
@@ -274,57 +281,67 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     for k in sorted(range(n), key=lambda k: (start[k], order[k])):
         if start[k] < np.inf:
             push(start[k], _RESUME, k)
-    while queue:
-        t, _, kind, what = heapq.heappop(queue)
-        if kind == _RESUME:
-            run_rank(what, t)
-        elif kind == _LATCHED:
-            for k in latch:
-                run_rank(k, t)
-        elif kind == _SIGNALLED or kind == _ENDED:
-            key = what if kind == _SIGNALLED else (what, None)
-            k = what[0] if kind == _SIGNALLED else what + pairs
-            fired.add(key)
-            if waits.get(k) == key:
-                del waits[k]
-                run_rank(k, t)
-        elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
-            h, version = what
-            if version != timer[h]:
-                continue
-            due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
-            jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
-            for _, k in due:
-                push(t, _RESUME, k)
-            reschedule(h, t)
-        elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
-            request(1, rx_host[what], what, t)
-        elif kind == _RX_GRANTED:
-            push(t + busy[what], _END, what)
-        elif kind == _END:                         # release receive, then transmit
-            for d, h in ((1, rx_host[what]), (0, tx_host[what])):
-                directions[d][h].holder = None
-                newest_free[d][h] = max(newest_free[d][h], t)
-                push(t, _RX_RELEASED if d == 1 else _TX_RELEASED, h)
-            push(t + lat[what], _DELIVERED, what)
-        elif kind == _TX_RELEASED or kind == _RX_RELEASED:
-            d = 0 if kind == _TX_RELEASED else 1
-            if directions[d][what].holder == -1:   # an earlier collective's message
-                directions[d][what].holder = None
-            grant(d, what, t)
-        elif kind == _DELIVERED:                   # the send's event, then the receive's
-            push(t, _DONE, 2 * what)
-            push(t, _DONE, 2 * what + 1)
-        else:                                      # a send or receive event processed
-            k = waiting_on[what]
-            pending[k] -= 1
-            if pending[k] == 0:
-                if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
-                    push(t, _RESUME, k)            # all_of's own event first
-                else:
+    heappop = heapq.heappop
+    while instants:
+        t = heappop(instants)
+        # The commonest events first: a send's or receive's, a resume, a release, a grant.
+        for kind, what in at[t]:          # events scheduled now join the end: run them too
+            if kind == _DONE:                          # a send or receive event processed
+                k = waiting_on[what]
+                pending[k] -= 1
+                if pending[k] == 0:
+                    if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
+                        push(t, _RESUME, k)            # all_of's own event first
+                    else:
+                        run_rank(k, t)
+            elif kind == _RESUME:
+                run_rank(what, t)
+            elif kind == _TX_RELEASED or kind == _RX_RELEASED:
+                d = 0 if kind == _TX_RELEASED else 1
+                direction = directions[d][what]
+                if direction.holder == -1:             # an earlier collective's message
+                    direction.holder = None
+                if direction.waiting and direction.holder is None:
+                    grant(d, what, t)
+            elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
+                request(1, rx_host[what], what, t)
+            elif kind == _RX_GRANTED:
+                push(t + busy[what], _END, what)
+            elif kind == _DELIVERED:                   # the send's event, then the receive's
+                bucket = at[t]
+                bucket.append((_DONE, 2 * what))
+                bucket.append((_DONE, 2 * what + 1))
+            elif kind == _END:                         # release receive, then transmit
+                bucket = at[t]
+                for d, h, released in ((1, rx_host[what], _RX_RELEASED),
+                                       (0, tx_host[what], _TX_RELEASED)):
+                    directions[d][h].holder = None
+                    if t > newest_free[d][h]:
+                        newest_free[d][h] = t
+                    bucket.append((released, h))
+                push(t + lat[what], _DELIVERED, what)
+            elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
+                h, version = what
+                if version != timer[h]:
+                    continue
+                due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
+                jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
+                for _, k in due:
+                    push(t, _RESUME, k)
+                reschedule(h, t)
+            elif kind == _LATCHED:
+                for k in latch:
                     run_rank(k, t)
-        while spawned:
-            run_rank(spawned.pop(0), t)
+            else:                                      # a signal, or a process's end
+                key = what if kind == _SIGNALLED else (what, None)
+                k = what[0] if kind == _SIGNALLED else what + pairs
+                fired.add(key)
+                if waits.get(k) == key:
+                    del waits[k]
+                    run_rank(k, t)
+            while spawned:
+                run_rank(spawned.pop(0), t)
+        del at[t]
     for d in (0, 1):
         for mine, theirs in ((newest_free[d], nics.free[d]), (requested[d], nics.requested[d])):
             theirs[hosts] = np.maximum(theirs[hosts], [mine[h] for h in hosts])
