@@ -223,6 +223,9 @@ def rank_progress(label: str, enabled: bool, *, stream: IO[str] | None = None):
     return Progress(label, stream=stream)
 
 
+BAR_WIDTH = 20
+
+
 class _RichBar:
     """The live line on a terminal (rich is a dependency of typer; imported only here)."""
 
@@ -232,13 +235,21 @@ class _RichBar:
                                    TextColumn, TimeElapsedColumn, TimeRemainingColumn)
 
         self.progress = RichProgress(
-            TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-            TextColumn("{task.description}"), console=Console(file=stream), transient=False)
+            TextColumn(f"[bold]{label}[/bold]"), BarColumn(bar_width=BAR_WIDTH),
+            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("left"),
+            TimeRemainingColumn(), TextColumn("{task.description}", markup=False),
+            console=Console(file=stream), transient=False)
+        self.label = label
         self.task = self.progress.add_task("", total=total)
         self.progress.start()
 
     def update(self, text: str, finished: int, total: int | None) -> None:
+        # What the fixed columns take (label, bar, "done/total", the two times and the
+        # spaces): the description gets the rest of the line, cut here, so that rich never
+        # squeezes the counts instead.
+        fixed = len(self.label) + BAR_WIDTH + 2 * len(str(total or 0)) + 1 + 25
+        room = max(12, self.progress.console.width - fixed)
+        text = text if len(text) <= room else text[:room - 1] + "…"
         self.progress.update(self.task, completed=finished, total=total, description=text)
 
     def print(self, text: str) -> None:
