@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from commsim.api import Scenario, predict
 from commsim.errors import UserError
-from commsim.sim.fast_queues import EXCHANGE, GLOO, MARK, RECV, SEND, NicState, simulate
+from commsim.sim.fast_queues import EXCHANGE, GLOO, MARK, RECV, SEND, WAIT, NicState, simulate
 from test_fast_engine import ONE_TENSOR, THREADS, assert_same
 from test_fast_whatifs import DISTINCT
 
@@ -120,6 +120,19 @@ def test_two_senders_share_a_transmit_direction():
     assert marks == [[2.5], [], [], []]
     np.testing.assert_allclose(nics.free[0], [5.0, -np.inf])
     np.testing.assert_allclose(nics.free[1], [-np.inf, 5.0])
+
+
+def test_events_at_one_instant_run_in_the_order_scheduled():
+    """Rank 1 starts at t = 1 and rank 0's wait ends then: rank 1's start was scheduled
+    first (before anything ran), so its message takes host 0's transmit direction first,
+    whatever the ranks' order; rank 0's waits for it, as in simpy's (time, scheduling order)
+    queue."""
+    nics = NicState(2)
+    messages = ([0, 1], [2, 3], [0.5, 0.5], [2.0, 2.0], [0, 0], [1, 1])
+    programs = [[(WAIT, 1.0), (SEND, 0)], [(SEND, 1)], [(RECV, 0)], [(RECV, 1)]]
+    finish, _ = simulate([0.0, 1.0, 0.0, 0.0], [0, 1, 2, 3], [0, 0, 1, 1], programs,
+                         messages, lambda k, t, w: t + w, nics)
+    np.testing.assert_allclose(finish, [5.5, 3.5, 5.5, 3.5])
 
 
 def test_an_exchange_waits_for_both_messages_and_reduces():
