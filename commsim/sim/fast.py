@@ -60,9 +60,10 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   CPU timers with simpy's tie order (``_sync_replayed``,
   ``commsim.sim.fast_queues``; dp's devices on shared hosts likewise,
   ``_data_parallel_replayed``), over two hosts where a power of two of alike hosts run a
-  doubling algorithm.  That replay is an event simulation of its own (about 2 us an event):
-  a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks, an uneven one
-  or one whose doubling algorithm folds seconds at 1,024 ranks.  The world ring and
+  doubling algorithm.  That replay is an event simulation of its own (about 1 us an event):
+  a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks; an uneven one,
+  or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
+  and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``).  The world ring and
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
