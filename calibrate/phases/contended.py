@@ -14,7 +14,7 @@ from typing import Any
 from commsim.calibrate import compute as K
 from commsim.calibrate import fit as F
 from commsim.calibrate.launch.heartbeat import Beat
-from commsim.calibrate.phases.base import Phase, left, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left, median_text
 from commsim.calibrate.phases.keys import ComputeKey
 
 # Repetitions per rank (pooled over ranks).  3, not 2: at 4 ranks on 2 cores two repetitions left
@@ -36,7 +36,7 @@ class Contended(Phase):
         return ComputeKey.of(record, self.mode)
 
     def expected(self, ctx: RankContext) -> int:
-        return left(ctx, self._keys(ctx)) if ctx.colocated > 1 else 0
+        return left(ctx, self.plan(ctx))   # a fixed plan (the oversubscribed one gathers)
 
     def _keys(self, ctx: RankContext) -> list[ComputeKey]:
         return [ComputeKey(self.mode, b) for b in tuple(ctx.config["batch_sizes"])[::2]]

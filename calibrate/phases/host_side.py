@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from commsim.calibrate import collectives as C
-from commsim.calibrate.phases.base import Phase, left, ProfileParts, RankContext, median_text
+from commsim.calibrate.phases.base import Phase, ProfileParts, RankContext, left, median_text
 from commsim.calibrate.phases.keys import HostSideKey
 from commsim.closed_form import FORMS
 

@@ -20,7 +20,7 @@ class Reduction(Phase):
         return ReductionKey.of(record)
 
     def expected(self, ctx: RankContext) -> int:
-        return left(ctx, [ReductionKey()]) if ctx.rank == 0 else 0
+        return left(ctx, self.plan(ctx))
 
     def plan(self, ctx: RankContext) -> list[ReductionKey]:
         return [ReductionKey()] if ctx.rank == 0 else []
