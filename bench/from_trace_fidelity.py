@@ -15,8 +15,8 @@ Steps:
 4. predict every cell from A and from B (``analysis.validate``) and print both tables, each
    median / max |error|, and whether B's median is within 2 points of A's.
 Before each step and cell a fixed compute probe (``bench/noise.SpeedProbe``) times the machine;
-its spread is printed beside the result, and above 3 % the result says the machine was too
-unsteady to judge it.  Writes OUT/from_trace.md, OUT/from_trace.json, OUT/live.jsonl and both
+its spread is printed beside the result, and above bench/fidelity's bound (3 %) the result says
+the machine was too unsteady to judge it.  Writes OUT/from_trace.md, OUT/from_trace.json, OUT/live.jsonl and both
 profiles (the traces themselves stay in a temporary folder unless ``--keep-traces``).
 
 Usage:  python bench/from_trace_fidelity.py [--rate 1gbit] [--nodes 2,3,4]
@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from commsim.analysis.validate import (ValidationGrid, live_scenario, rows_table,  # noqa: E402
-                                       table_columns, validate)
+                                       summarize, table_columns, validate)
 from commsim.api import predict  # noqa: E402
 from commsim.cli.cluster import quiet_torch  # noqa: E402
 from commsim.files import check_output  # noqa: E402
@@ -47,20 +46,16 @@ from commsim.progress import Progress  # noqa: E402
 from commsim.spec import DEFAULT_GLOBAL_BATCH  # noqa: E402
 from commsim.table import text_table  # noqa: E402
 from commsim.units import parse_rate_Bps  # noqa: E402
-from noise import SpeedProbe, describe, spread  # noqa: E402  (bench/noise.py)
+# The machine probe, its verdict and the rate names are bench/fidelity's (beside this file).
+from fidelity import describe_machine, machine_spread, machine_verdict, rate_name  # noqa: E402
+from noise import SpeedProbe  # noqa: E402  (bench/noise.py)
 from record_trace import record  # noqa: E402  (bench/record_trace.py)
 
 WITHIN_POINTS = 2.0       # B's median |error| may exceed A's by at most this
-SPREAD_BOUND = 0.03       # as bench/fidelity: a steadier machine can judge it
-
-
-def rate_name(rate_Bps: float) -> str:
-    return f"{rate_Bps * 8 / 1e6:g}mbit"
 
 
 def median_abs(rows: list[dict]) -> float:
-    errors = [abs(r["error_pct"]) for r in rows if math.isfinite(r["error_pct"])]
-    return statistics.median(errors) if errors else math.nan
+    return summarize(rows, WITHIN_POINTS)["median_abs_error_pct"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,16 +165,12 @@ def main(argv: list[str] | None = None) -> int:
 
     rows_a, rows_b = rows(a), rows(b_prof)
     med_a, med_b = median_abs(rows_a), median_abs(rows_b)
-    machine = spread([p["ms_per_sample"] for p in probes])
-    steady = machine["max_over_min"] - 1.0 <= SPREAD_BOUND
+    machine = machine_spread(probes)
     ok = med_b <= med_a + WITHIN_POINTS
     verdict = (f"median |error| from the trace {med_b:.1f}% vs from calibrate {med_a:.1f}% "
                f"({med_b - med_a:+.1f} points; target within {WITHIN_POINTS:g}): "
                f"{'PASS' if ok else 'FAIL'}")
-    noise = (f"machine spread {machine['max_over_min'] - 1.0:.1%} (max/min of "
-             f"{machine['windows']} probes - 1)"
-             + ("" if steady else f" exceeds {SPREAD_BOUND:.0%}: the comparison cannot be "
-                                  "judged on this machine"))
+    noise = f"machine spread {machine_verdict(machine)}"
     def ms(x: float) -> str:
         return f"{1e3 * x:.1f} ms"
     compute_rows = [{"batch": b, "fwd_t": b_prof.compute.time_s("forward", b),
@@ -195,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
           f"`{command.strip()}`, wall {time.monotonic() - t0:.0f} s (calibration "
           f"{calibrate_s:.0f} s, traces {trace_s:.0f} s); VGG-11, synthetic data, global batch "
           f"{args.global_batch}; every cell measured once and predicted from both profiles.", "",
-          f"Machine: {os.cpu_count()} cores; {describe(machine)}.", "",
+          describe_machine(machine), "",
           "## Compute per rank: read from the traces vs timed by calibrate", "", "```",
           text_table(compute_rows, columns=compute_columns), "```", "",
           "## Predicted from `commsim calibrate`", "", "```",
@@ -210,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "calibrate_s": calibrate_s, "trace_s": trace_s, "direct": direct,
         "rows_calibrate": rows_a, "rows_from_trace": rows_b,
         "median_abs_error_pct": {"calibrate": med_a, "from_trace": med_b},
-        "within_points": WITHIN_POINTS, "passed": ok, "machine": {**machine, "probes": probes},
-        "steady": steady}, indent=1, allow_nan=True) + "\n", encoding="utf-8")
+        "within_points": WITHIN_POINTS, "passed": ok, "machine": machine,
+        "steady": machine["judged"]}, indent=1, allow_nan=True) + "\n", encoding="utf-8")
     print("\n".join(md))
     return 0
 
