@@ -73,7 +73,8 @@ OPTIONS = {
     "bucket-mb 4": ({"bucket_mb": 4}, ("ddp",)),
     "no-overlap": ({"no_overlap": True}, ("ddp",)),
     "no-buffer-broadcast": ({"no_buffer_broadcast": True}, ("ddp",)),
-    "cores-per-host 1": ({"cores_per_host": 1}, ("ring", "ps")),
+    "cores-per-host 1": ({"cores_per_host": 1}, ("ddp", "ring", "ps")),
+    "shared-cpu-cores 2": ({"shared_cpu_cores": 2}, STRATEGIES),
 }
 # hierarchical with groups is refused by the strategies (not modelled).
 EXCLUSIVE = {("group-size 4", "hierarchical")}

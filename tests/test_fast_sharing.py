@@ -109,7 +109,8 @@ def test_pool_and_efficiency_out_of_step_go_to_the_des():
 
     for profile, strategy, kw, reason in [
             (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5}), "CPU pool"),
-            (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY), "efficiency"),
+            (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY, ranks_per_host=2,
+                                  cores_per_host=2), "efficiency"),
             (load_default(), "ps", dict(shared_cpu_cores=2), "contention"),
             (contended(PROFILE), "ps", dict(ranks_per_host=3, cores_per_host=1), "contention")]:
         sc = Scenario(global_batch=128, **kw)

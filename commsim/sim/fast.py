@@ -31,7 +31,12 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    Ring steps are aggregated as above while every rank stays in the same regime, and for at
    most as many steps as keep every overlapping rank's backward running.  fp16 compression
    adds the two casts as reductions around an all-reduce of half the bytes.
-4. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
+4. Lockstep worlds (``commsim.sim.fast_lockstep``).  Where jobs share a CPU beyond 3.'s
+   regimes (a pool of cores, an efficiency curve, calibrated contention, too few cores) on a
+   uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
+   of two) that treats every rank alike, every rank acts at the same instants: one rank's
+   events, its CPU carrying its twins' jobs, give them all.
+5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
    leave its transmit direction in rank order (the receivers have posted before).
@@ -44,7 +49,8 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
 ``--engine auto`` uses the DES instead:
 * a shared CPU pool (``shared_cpu_cores``) or a CPU-efficiency curve: every rank's job slows
   every other's, at event granularity (except where the ranks of a CPU keep in step,
-  ``_in_step``: then its cores and curve are shared by equal jobs running together);
+  ``_in_step``: then its cores and curve are shared by equal jobs running together, or act
+  at the same instants, 4.);
 * ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
   cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
   (except where they keep in step, ``_in_step``: a uniform world ring of one or two ranks per
@@ -68,7 +74,7 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
 * calibrated contention that would slow a message while compute runs on the same cores
-  (except where the ranks of a host keep in step: none does in a ring, and the parameter
+  (except on lockstep worlds, 4., and where the ranks of a host keep in step: none does in a ring, and the parameter
   server's one case, rank 1 stepping beside its scattering root with two ranks per host,
   is ``_optimizer_beside_root`` and ``shared_ends``);
 * a recorded timeline (the engine keeps times, not intervals).
@@ -82,7 +88,7 @@ from __future__ import annotations
 import numpy as np
 
 from commsim.costs import CostInputs
-from commsim.sim import fast_queues
+from commsim.sim import fast_lockstep, fast_queues
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
                                           cpu_of, efficiency_at,
@@ -102,12 +108,24 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     alone tells (a run may still raise ``NotExact``); None if it can."""
     from commsim.strategies import get_strategy
 
-    c = spec.cluster
     strategy = get_strategy(spec.strategy)
     if timeline:
         return "it does not record a timeline"
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
+    reason = _cpu_reason(spec, costs)
+    if reason is not None and fast_lockstep.covers(spec):
+        return None                # every rank alike: one rank's events, its CPU's twins
+    return reason
+
+
+def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:
+    """Why jobs sharing a CPU keep the recurrences of ``ring_like`` and ``parameter_server``
+    from the DES's times (``unsupported``'s CPU part); None if they do not."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    strategy = get_strategy(spec.strategy)
     in_step = _in_step(spec)
     if c.cpu_efficiency and not in_step:
         return ("it does not model a CPU efficiency curve (busy threads slow each other beyond "
@@ -289,6 +307,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
 
     c = spec.cluster
     p = spec.world_size
+    if fast_lockstep.covers(spec) and _cpu_reason(spec, costs) is not None:
+        return _lockstep(spec, costs, buckets)
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"     # every host's ring rank is the host: the same messages
@@ -328,6 +348,31 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         sent, received = sent + bcast.sent, received + bcast.received
         tx, rx = tx + _hosts_of(spec, bcast.nic_sent), rx + _hosts_of(spec, bcast.nic_received)
     return _timing(p, finish, compute, comm, sent, received, tx, rx)
+
+
+def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
+    """``ring_like`` where jobs share the CPU beyond ``_sync``'s recurrences, on a world whose
+    ranks all act at the same instants (``fast_lockstep``): one rank's events stand for all."""
+    p = spec.world_size
+    broadcast = []
+
+    def broadcast_end(begin: float):
+        end, run = _buffer_broadcast(spec, costs, np.full(p, begin))
+        broadcast.append(run)
+        return end
+
+    finish, compute, comm, moved = fast_lockstep.iteration(spec, costs, buckets=buckets,
+                                                           broadcast_end=broadcast_end)
+    sent = np.full(p, moved)
+    crossing = sent if spec.cluster.hosts > 1 else np.zeros(p)
+    tx, rx = _hosts_of(spec, crossing), _hosts_of(spec, crossing)
+    received = sent
+    if broadcast and broadcast[0] is not None:
+        run = broadcast[0]
+        sent, received = sent + run.sent, sent + run.received
+        tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)
+    return _timing(p, np.full(1, finish), np.full(1, compute), np.full(1, comm), sent, received,
+                   tx, rx)
 
 
 def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,

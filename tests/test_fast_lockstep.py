@@ -1,0 +1,146 @@
+"""All-reduces on a lockstep world (every rank acting at the same instants) whose jobs share the
+CPU beyond the fast engine's recurrences: one pool of cores, too few cores for DDP's Gloo thread
+beside backward, an efficiency curve, calibrated contention.  ``fast_lockstep`` replays one
+rank's events with its CPU's twins; against the DES (tolerance 1e-9 relative)."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataclasses import replace
+
+from commsim.api import Scenario, predict, run_spec
+from commsim.buckets import Bucket
+from commsim.costs import CostInputs
+from commsim.profile import load_default
+from commsim.sim import fast_lockstep
+from test_fast_engine import PROFILE, assert_same
+from test_fast_sharing import EFFICIENCY, contended
+from test_fast_whatifs import DISTINCT
+
+PROFILES = {"plain": PROFILE, "distinct": DISTINCT, "contended": contended(PROFILE),
+            "bundled": load_default()}
+
+# Settings the recurrences of ``fast.ring_like`` decline, on every lockstep world.
+CPU = {
+    "one core": lambda local: dict(cores_per_host=1.0 * local),
+    "pool": lambda local: dict(shared_cpu_cores=2),
+    "pool+efficiency": lambda local: dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+    "pool, 1.5 cores": lambda local: dict(shared_cpu_cores=1.5),
+}
+OPTIONS = {
+    "": {}, "sync-every 2": dict(sync_every=2), "fp16": dict(compression="fp16"),
+    "no overlap": dict(overlap=False), "no buffers": dict(broadcast_buffers=False),
+    "recursive doubling": dict(algorithm="recursive_doubling"),
+    "rabenseifner": dict(algorithm="rabenseifner"), "groups of 2": dict(group_size=2),
+}
+
+
+def scenario(hosts, local, cpu, **kw):
+    return Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000, ranks_per_host=local,
+                    **CPU[cpu](local), **kw)
+
+
+def check(profile, strategy, hosts, local, cpu, **kw):
+    sc = scenario(hosts, local, cpu, **kw)
+    fast = predict(profile, strategy, hosts, sc, engine="auto")
+    assert fast.engine == "fast"
+    assert_same(predict(profile, strategy, hosts, sc, engine="des"), fast)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("cpu", CPU)
+@pytest.mark.parametrize("hosts, local", [(2, 1), (4, 1), (1, 4)])
+def test_ddp_on_lockstep_worlds(profile, cpu, hosts, local):
+    for kw in OPTIONS.values():
+        check(PROFILES[profile], "ddp", hosts, local, cpu, **kw)
+
+
+@pytest.mark.parametrize("profile", ["distinct", "bundled"])
+@pytest.mark.parametrize("cpu", CPU)
+def test_ring_on_lockstep_worlds(profile, cpu):
+    for kw in ({}, dict(algorithm="rabenseifner"), dict(group_size=2, sync_every=2)):
+        check(PROFILES[profile], "ring", 4, 1, cpu, **kw)
+
+
+def test_odd_worlds_and_more_ranks():
+    """Rings of odd length, and more ranks, with the bundled profile's contention."""
+    for hosts in (3, 5, 16):
+        check(load_default(), "ddp", hosts, 1, "one core")
+        check(load_default(), "ddp", hosts, 1, "pool", compression="fp16")
+
+
+def test_what_lockstep_does_not_cover():
+    """Two ranks per host of several hosts (the host's ranks differ), a straggler or a slow
+    link, a tree, doubling over a group that is not a power of two, the parameter server."""
+    cases = [dict(strategy="ddp", ranks_per_host=2), dict(strategy="ddp", stragglers={1: 1.5}),
+             dict(strategy="ddp", slow_links_Bps={1: 1e6}), dict(strategy="ddp", algorithm="tree"),
+             dict(strategy="ring", algorithm="recursive_doubling", nodes=3),
+             dict(strategy="ps")]
+    for case in cases:
+        case = dict(case)
+        strategy, nodes = case.pop("strategy"), case.pop("nodes", 4)
+        assert not fast_lockstep.covers(run_spec(PROFILE, strategy, nodes,
+                                                 Scenario(shared_cpu_cores=2, **case)))
+
+
+def test_steps_of_each_algorithm():
+    """Bytes and reduction work per step, checkable by hand: 8 bytes over 4 ranks, γ = 1."""
+    assert fast_lockstep.steps_of("ring", 8.0, 4, 1.0) == [(3, 2.0, 2.0), (3, 2.0, 0.0)]
+    assert fast_lockstep.steps_of("recursive_doubling", 8.0, 4, 1.0) == [(2, 8.0, 8.0)]
+    assert fast_lockstep.steps_of("rabenseifner", 8.0, 4, 1.0) == [
+        (1, 4.0, 4.0), (1, 2.0, 2.0), (1, 2.0, 0.0), (1, 4.0, 0.0)]
+    assert fast_lockstep.steps_of("ring", 8.0, 1, 1.0) == []
+
+
+def test_one_rank_on_one_core_by_hand():
+    """Two hosts of one core, one thread per rank, no latency, overhead or buffers; one bucket
+    of 2 MB ready half-way through backward (3 s alone), γ = 1e-7 s/B, 1 MB/s links:
+    forward 0-1; backward 1-2.5, the bucket ready; its first ring step's message 2.5-3.5 while
+    backward runs alone (1 s of its 1.5 left done); the reduction (0.1 s) shares the core with
+    backward, both at half speed, 3.5-3.7; the second message 3.7-4.7, backward done at 4.1;
+    the divide (0.2 s) 4.7-4.9; the optimizer (0.5 s) 4.9-5.4."""
+    spec = run_spec(PROFILE, "ddp", 2, Scenario(global_batch=2, cores_per_host=1,
+                                                broadcast_buffers=False))
+    spec = replace(spec, cluster=replace(spec.cluster, nic_latency_s=0.0, nic_bandwidth_Bps=1e6))
+    costs = CostInputs(alpha_s=0.0, beta_s_per_B=1e-6, gamma_s_per_B=1e-7, mean_s_per_B=1e-7,
+                       overhead_s={}, forward_s=1.0, backward_s=3.0, optimizer_s=0.5,
+                       threads_per_rank=1, param_bytes=(2_000_000,), grad_ready_fraction=(0.5,),
+                       buckets=(Bucket(index=0, param_indices=(0,), bytes=2_000_000,
+                                       ready_fraction=0.5),))
+    finish, compute, comm, moved = fast_lockstep.iteration(spec, costs, buckets=True,
+                                                           broadcast_end=lambda begin: None)
+    assert finish == pytest.approx(5.4)
+    assert compute == pytest.approx(1.0 + 1.5 + 1.6 + 0.5)
+    assert comm == pytest.approx(4.9 - 2.5)
+    assert moved == pytest.approx(2_000_000)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
+       hosts=st.sampled_from([(2, 1), (3, 1), (8, 1), (1, 2), (1, 3)]),
+       options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
+       bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]))
+def test_random_combinations_match_the_des(profile, cpu, hosts, options, bucket_bytes):
+    kw = {}
+    for name in options:
+        kw.update(OPTIONS[name])
+    hosts, local = hosts
+    p = hosts * local
+    if kw.get("group_size") and p % kw["group_size"]:
+        kw.pop("group_size")
+    g = kw.get("group_size", p)
+    if kw.get("algorithm") in ("recursive_doubling", "rabenseifner") and g & (g - 1):
+        kw.pop("algorithm")
+    sc = Scenario(global_batch=64 * p, bucket_bytes=bucket_bytes, ranks_per_host=local,
+                  **CPU[cpu](local), **kw)
+    assert_same(predict(PROFILES[profile], "ddp", hosts, sc, engine="des"),
+                predict(PROFILES[profile], "ddp", hosts, sc, engine="fast"))
+
+
+def test_runs_of_equal_steps_are_one_addition(monkeypatch):
+    """The jumps over equal steps give what stepping every one gives."""
+    sc = Scenario(global_batch=None, batch_per_rank=32, cores_per_host=1)
+    jumped = predict(load_default(), "ddp", 64, sc, engine="fast")
+    monkeypatch.setattr(fast_lockstep._Lockstep, "_jumpable", lambda *args: 0)
+    stepped = predict(load_default(), "ddp", 64, sc, engine="fast")
+    assert_same(stepped, jumped)
