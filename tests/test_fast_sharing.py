@@ -111,7 +111,7 @@ def test_pool_and_efficiency_out_of_step_go_to_the_des():
             (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5}), "CPU pool"),
             (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY, ranks_per_host=2,
                                   cores_per_host=2), "efficiency"),
-            (load_default(), "ps", dict(shared_cpu_cores=2), "contention"),
+            (load_default(), "ps", dict(shared_cpu_cores=2, algorithm="binomial"), "CPU pool"),
             (contended(PROFILE), "ps", dict(ranks_per_host=3, cores_per_host=1), "contention")]:
         sc = Scenario(global_batch=128, **kw)
         assert predict(profile, strategy, 2, sc, engine="auto").engine == "des"
@@ -145,3 +145,22 @@ def test_parameter_server_crowded_with_the_bundled_profile():
     sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2, cores_per_host=1)
     assert_same(predict(load_default(), "ps", 5, sc, engine="des"),
                 predict(load_default(), "ps", 5, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("profile", [PROFILE, contended(PROFILE)], ids=["plain", "contended"])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (3, 2), (1, 3), (4, 3)])
+@pytest.mark.parametrize("cpu", [dict(shared_cpu_cores=1), dict(shared_cpu_cores=2, sync_every=2),
+                                 dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+                                 dict(shared_cpu_cores=8)], ids=["1", "2", "2+efficiency", "8"])
+def test_parameter_server_in_one_pool(profile, hosts, local, cpu):
+    """Every rank on one pool: each steps as soon as it has its share of the last scatter,
+    loading the pool under the root's later messages (``fast._last_scatter_in_pool``)."""
+    check(profile, "ps", hosts, local, 1.0 * local, **cpu)
+
+
+def test_parameter_server_in_one_pool_with_the_bundled_profile():
+    from commsim.profile import load_default
+
+    sc = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2)
+    assert_same(predict(load_default(), "ps", 6, sc, engine="des"),
+                predict(load_default(), "ps", 6, sc, engine="fast"))

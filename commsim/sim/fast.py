@@ -40,7 +40,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
    leave its transmit direction in rank order (the receivers have posted before).
-   O(p log p) per tensor.
+   O(p log p) per tensor.  With every rank on one pool of cores, the ranks that have their
+   share of the last scatter step while the root still sends, loading the pool under its
+   later messages: an event loop over starts, deliveries and steps (``_last_scatter_in_pool``).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
@@ -76,7 +78,8 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
 * calibrated contention that would slow a message while compute runs on the same cores
   (except on lockstep worlds, 4., and where the ranks of a host keep in step: none does in a ring, and the parameter
   server's one case, rank 1 stepping beside its scattering root with two ranks per host,
-  is ``_optimizer_beside_root`` and ``shared_ends``);
+  is ``_optimizer_beside_root`` and ``shared_ends``, and on one pool every rank's,
+  ``_last_scatter_in_pool``);
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
 root at the same instant) may be ordered differently from simpy's event queue; the engine
@@ -87,7 +90,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commsim.costs import CostInputs
+from commsim.costs import CostInputs, clamped_piecewise
 from commsim.sim import fast_lockstep, fast_queues
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
@@ -146,8 +149,10 @@ def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:
     cores, sharers = cpu_of(spec)
     others = sharers if strategy.overlaps_backward else sharers - 1
     if in_step and (spec.strategy in ("ring", "single")
-                    or (c.shared_cpu_cores is None and c.ranks_per_host == 2)):
-        others = 0     # (the parameter server's one case, ``_optimizer_beside_root``)
+                    or (c.shared_cpu_cores is None and c.ranks_per_host == 2)
+                    or (spec.strategy == "ps" and c.shared_cpu_cores is not None)):
+        # (the parameter server's cases: ``_optimizer_beside_root``, ``_last_scatter_in_pool``)
+        others = 0
     runnable = others * threads + sharers   # plus one communicating thread per rank
     peak = others * threads / cores if runnable > cores else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
@@ -659,12 +664,16 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         mean_work = p * n * costs.mean_s_per_B
         scatter = gathered + mean_work / b + costs.overhead("scatter")
         last = i == len(costs.param_bytes) - 1
+        if last and c.shared_cpu_cores is not None:
+            t, finish = _last_scatter_in_pool(spec, costs, scatter, n, costs.optimizer_s * f)
+            break
         capped = _optimizer_beside_root(spec, costs, scatter, n, optimizer[1] * a) \
             if last and sharers > 1 else None
         delivered = _scatter_from_root(spec, costs, scatter, n, capped=capped)
         t = np.concatenate(([delivered.max()], delivered))
-    finish = t + optimizer
-    if sharers > 1:            # the ranks of a CPU reach their steps at different times
+    else:
+        finish = t + optimizer
+    if sharers > 1 and c.shared_cpu_cores is None:     # a host's ranks step at different times
         finish = shared_ends(t.reshape(-1, sharers), (optimizer * a).reshape(-1, sharers),
                              costs.threads_per_rank, cores, c.cpu_efficiency,
                              tuple((x, sp) for x, _, sp in costs.contention)).ravel()
@@ -676,6 +685,84 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     nic[0] = crossing.sum()
     compute = compute + (finish - t - optimizer)          # the step's share of the cores
     return _timing(p, finish, compute, t - backward_end, sent, sent, nic, nic)
+
+
+def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: float, work):
+    """The root's last scatter from ``t`` with every rank on one pool of cores: each rank
+    steps (``work`` seconds at full speed each) as soon as it has its share, while the root
+    still sends to the others, so the pool's load grows under the root's later messages (held
+    to the calibrated contended rate at that load when they start) and the steps share the
+    cores, slowed by the calibrated compute speed while ranks still wait in the scatter.
+    Returns (per rank: when it left the scatter, when its step ended).
+
+    Steps: an event loop over the messages' starts (one after another on the root's transmit
+    direction, in rank order; those to the root's host-mates need no NIC and arrive at once),
+    the deliveries (the rank leaves the scatter and steps; after the last, the root) and the
+    steps' ends.  Every running step progresses at the same rate (``ProcessorSharingCPU``), so
+    a step ends when the work done per step since it began reaches its work: a heap keyed by
+    that, O(p log p)."""
+    import heapq
+
+    c = spec.cluster
+    p = spec.world_size
+    cores, threads = c.shared_cpu_cores, costs.threads_per_rank
+    host = np.arange(1, p) // c.ranks_per_host
+    bw = host_bandwidths(c)
+    intra_lat, intra_bw = intra_link(c)
+    per_byte = (costs.wire("scatter") / np.minimum(bw[host], bw[0])).tolist()
+    deliveries = [(t + intra_lat + nbytes / intra_bw, k) for k in range(1, p) if host[k - 1] == 0]
+    heapq.heapify(deliveries)
+    senders = [k for k in range(1, p) if host[k - 1] != 0]
+    left = np.zeros(p)
+    finish = np.empty(p)
+    steps: list = []           # (work done per step when it ends, rank)
+    talking = p                # ranks still in the scatter, the root included
+    waiting = p - 1            # ranks still to receive their share
+    done = 0.0                 # work done per running step since the loop began
+    now, start, i = t, t, 0
+
+    def rate_and_load():
+        busy = len(steps) * threads
+        load = busy / cores if busy + talking > cores else 0.0
+        rate = (1.0 if busy <= cores else cores / busy) * clamped_piecewise(c.cpu_efficiency,
+                                                                           busy)
+        if talking and costs.contention:
+            rate *= costs.compute_speed(load)
+        return rate, load
+
+    while True:
+        rate, load = rate_and_load()
+        due = now + (steps[0][0] - done) / rate if steps else np.inf
+        arrival = deliveries[0][0] if deliveries else np.inf
+        begin = start if i < len(senders) else np.inf
+        upcoming = min(due, arrival, begin)
+        if upcoming == np.inf:
+            break
+        if steps:
+            done += (upcoming - now) * rate
+        now = upcoming
+        if upcoming == begin:            # the next message takes the root's transmit side
+            k = senders[i]
+            seconds_per_byte = per_byte[k - 1]
+            if costs.contention:
+                seconds_per_byte = max(seconds_per_byte, 1.0 / costs.contended_Bps(load))
+            start = now + nbytes * seconds_per_byte
+            heapq.heappush(deliveries, (start + c.nic_latency_s, k))
+            i += 1
+        elif upcoming == arrival:         # a rank has its share: it leaves and steps
+            _, k = heapq.heappop(deliveries)
+            left[k] = now
+            talking -= 1
+            heapq.heappush(steps, (done + work[k], k))
+            waiting -= 1
+            if waiting == 0:             # the root's sends are all delivered: it steps too
+                left[0] = now
+                talking -= 1
+                heapq.heappush(steps, (done + work[0], 0))
+        else:
+            _, k = heapq.heappop(steps)
+            finish[k] = now
+    return left, finish
 
 
 def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: float,
