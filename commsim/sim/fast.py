@@ -76,10 +76,10 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
 * calibrated contention that would slow a message while compute runs on the same cores
-  (except on lockstep worlds, 4., and where the ranks of a host keep in step: none does in a ring, and the parameter
-  server's one case, rank 1 stepping beside its scattering root with two ranks per host,
-  is ``_optimizer_beside_root`` and ``shared_ends``, and on one pool every rank's,
-  ``_last_scatter_in_pool``);
+  (except on lockstep worlds, 4., and where the ranks of a host keep in step: none does in
+  a ring, and the parameter server's cases, rank 1 stepping beside its scattering root with
+  two ranks per host, ``_optimizer_beside_root`` and ``shared_ends``, and on one pool every
+  rank, ``_last_scatter_in_pool``);
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
 root at the same instant) may be ordered differently from simpy's event queue; the engine
