@@ -137,12 +137,24 @@ def test_single_rank():
 
 
 def test_auto_falls_back_where_fast_is_not_exact():
-    shared = Scenario(global_batch=64, shared_cpu_cores=2, stragglers={0: 1.5})
+    """Hierarchical's trees inside hosts sharing one pool out of step (no replay has them),
+    and a world ring of 1,024 uneven ranks on one pool (2p(p-1) messages a collective, more
+    than a replay holds) go to the DES."""
+    from commsim.api import run_spec
+    from commsim.costs import cost_inputs
+    from commsim.sim.fast import unsupported
+
+    shared = Scenario(global_batch=128, ranks_per_host=2, shared_cpu_cores=2,
+                      stragglers={0: 1.5}, algorithm="hierarchical")
     assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "des"
     with pytest.raises(UserError, match="CPU pool"):
         predict(PROFILE, "ring", 2, shared, engine="fast")
-    crowded = Scenario(global_batch=64, ranks_per_host=2, cores_per_host=2)
-    assert predict(PROFILE, "ddp", 2, crowded, engine="auto").engine == "des"
+    spec = run_spec(PROFILE, "ddp", 1024, Scenario(global_batch=None, batch_per_rank=1,
+                                                   shared_cpu_cores=2, stragglers={0: 1.5}))
+    assert "CPU pool" in unsupported(spec, cost_inputs(spec, PROFILE))
+    spec = run_spec(PROFILE, "ddp", 64, Scenario(global_batch=None, batch_per_rank=1,
+                                                 shared_cpu_cores=2, stragglers={0: 1.5}))
+    assert unsupported(spec, cost_inputs(spec, PROFILE)) is None
     assert predict(PROFILE, "ddp", 2, Scenario(global_batch=64), engine="auto").engine == "fast"
     with pytest.raises(UserError, match="timeline"):
         predict(PROFILE, "ring", 2, Scenario(global_batch=64), engine="fast", timeline=True)

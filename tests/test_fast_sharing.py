@@ -41,16 +41,14 @@ def test_crowded_hosts_at_scale():
     check(PROFILE, "ps", 64, 2, 1)
 
 
-def test_crowded_hosts_out_of_step_go_to_the_des():
+def test_crowded_hosts_out_of_step_are_replayed():
     """A straggler, or three ranks per host in a ring across hosts, put a host's jobs out of
-    step: its ranks interleave on the cores at event granularity."""
+    step: its ranks interleave on the cores at event granularity, which the fast engine
+    replays with the DES's processor sharing (``fast_queues.SharedCpus``)."""
     for strategy, local, kw in [("ring", 2, dict(stragglers={1: 1.5})),
                                 ("ps", 2, dict(slow_links_Bps={1: 30e6})),
-                                ("ring", 3, {}), ("ddp", 2, {})]:
-        sc = Scenario(global_batch=64 * 2 * local, ranks_per_host=local, cores_per_host=1, **kw)
-        assert predict(PROFILE, strategy, 2, sc, engine="auto").engine == "des"
-        with pytest.raises(UserError, match="oversubscribe"):
-            predict(PROFILE, strategy, 2, sc, engine="fast")
+                                ("ring", 3, {}), ("ddp", 2, {}), ("dp", 2, {})]:
+        check(PROFILE, strategy, 2, local, 1, **kw)
 
 
 def test_shared_ends():
@@ -104,19 +102,18 @@ def test_emulated_cluster_ring_with_calibrated_contention():
                 predict(load_default(), "ring", 4, sc, engine="fast"))
 
 
-def test_pool_and_efficiency_out_of_step_go_to_the_des():
+def test_pool_and_efficiency_out_of_step_are_replayed():
     from commsim.profile import load_default
 
-    for profile, strategy, kw, reason in [
-            (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5}), "CPU pool"),
-            (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY, ranks_per_host=2,
-                                  cores_per_host=2), "efficiency"),
-            (load_default(), "ps", dict(shared_cpu_cores=2, algorithm="binomial"), "CPU pool"),
-            (contended(PROFILE), "ps", dict(ranks_per_host=3, cores_per_host=1), "contention")]:
-        sc = Scenario(global_batch=128, **kw)
-        assert predict(profile, strategy, 2, sc, engine="auto").engine == "des"
-        with pytest.raises(UserError, match=reason):
-            predict(profile, strategy, 2, sc, engine="fast")
+    for profile, strategy, kw in [
+            (PROFILE, "ring", dict(shared_cpu_cores=2, stragglers={1: 1.5})),
+            (PROFILE, "ddp", dict(cpu_efficiency=EFFICIENCY, ranks_per_host=2, cores_per_host=2)),
+            (load_default(), "ps", dict(shared_cpu_cores=2, algorithm="binomial")),
+            (load_default(), "dp", dict(shared_cpu_cores=2)),
+            (contended(PROFILE), "ps", dict(ranks_per_host=3, cores_per_host=1))]:
+        kw = dict(kw)
+        local = kw.pop("ranks_per_host", 1)
+        check(profile, strategy, 2, local, kw.pop("cores_per_host", 1.0 * local), **kw)
 
 
 def contended(profile):

@@ -46,18 +46,19 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
-broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1.  Where it is
-not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
+broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1.  Jobs that
+share a CPU beyond the recurrences' rates (a pool of cores, an efficiency curve, calibrated
+contention, more runnable threads than cores) are exact where the ranks of a CPU keep in step
+(``_in_step``: equal jobs running together), on lockstep worlds (4.), for the linear parameter
+server's last steps (5.), and elsewhere replayed with the DES's processor sharing: every rank's
+process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
+``_replays_cpu``; ``_sync_replayed`` with ``Run.sharing``, ``_linear_ps_replayed``,
+``_binomial_ps_replayed``, ``_data_parallel_replayed``).  Where it is not exact,
+``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
-* a shared CPU pool (``shared_cpu_cores``) or a CPU-efficiency curve: every rank's job slows
-  every other's, at event granularity (except where the ranks of a CPU keep in step,
-  ``_in_step``: then its cores and curve are shared by equal jobs running together, or act
-  at the same instants, 4.);
-* ranks_per_host > 1 when the host's cores can be oversubscribed (more runnable threads than
-  cores: e.g. DDP's Gloo thread next to backward): ranks on one host then interleave on the CPU
-  (except where they keep in step, ``_in_step``: a uniform world ring of one or two ranks per
-  host or of one host, and the linear parameter server, whose optimizer steps
-  ``shared_ends`` shares);
+* jobs sharing a CPU out of step where the replay would hold more than ``_REPLAY_MESSAGES``
+  messages (a world ring of uneven ranks: 2p(p-1) a collective, beyond about 200 ranks),
+  or whose algorithm is not a schedule of messages (hierarchical's trees inside hosts);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rarely, where the replay starts after
   DDP's buffer broadcast on one period of a uniform cluster and the order its ranks leave the
@@ -75,11 +76,6 @@ not, ``unsupported`` says why, or the run raises ``NotExact`` when it finds out 
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
-* calibrated contention that would slow a message while compute runs on the same cores
-  (except on lockstep worlds, 4., and where the ranks of a host keep in step: none does in
-  a ring, and the parameter server's cases, rank 1 stepping beside its scattering root with
-  two ranks per host, ``_optimizer_beside_root`` and ``shared_ends``, and on one pool every
-  rank, ``_last_scatter_in_pool``);
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
 root at the same instant) may be ordered differently from simpy's event queue; the engine
@@ -117,9 +113,42 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
     reason = _cpu_reason(spec, costs)
-    if reason is not None and fast_lockstep.covers(spec):
-        return None                # every rank alike: one rank's events, its CPU's twins
+    if reason is None or fast_lockstep.covers(spec) or _replays_cpu(spec, costs):
+        return None     # every rank alike (one rank's events), or the DES's CPUs replayed
     return reason
+
+
+# The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
+# beyond, ``--engine auto`` runs the DES, which keeps none.
+_REPLAY_MESSAGES = 1_000_000
+
+
+def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
+    """Whether the run's processes can be replayed with the DES's processor sharing
+    (``fast_queues.SharedCpus``): the parameter server, dp, and every all-reduce that is a
+    schedule of messages, within ``_REPLAY_MESSAGES`` (a world ring of p uneven ranks sends
+    2p(p-1) a collective)."""
+    from commsim.strategies import get_strategy
+
+    p = spec.world_size
+    if spec.strategy == "ps":          # a gather and a scatter a tensor
+        return 2 * (p - 1) * len(costs.param_bytes) <= _REPLAY_MESSAGES
+    if spec.strategy == "dp":          # five phases through device 0
+        return 5 * (p - 1) <= _REPLAY_MESSAGES
+    if spec.strategy not in ("ring", "ddp"):
+        return False
+    algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    if algorithm == "hierarchical" and spec.cluster.ranks_per_host == 1:
+        algorithm = "ring"
+    if algorithm not in SCHEDULES:
+        return False
+    _, blocks = _blocks(spec, algorithm)
+    levels = {"ring": lambda g: 2 * (g - 1), "tree": lambda g: 2 * g.bit_length(),
+              "recursive_doubling": lambda g: g.bit_length() + 2,
+              "rabenseifner": lambda g: 2 * g.bit_length() + 2}[algorithm]
+    per_collective = sum(blk.idx.size * levels(blk.size) for blk in blocks)
+    collectives = len(costs.buckets) if spec.strategy == "ddp" else len(costs.param_bytes)
+    return per_collective * collectives <= _REPLAY_MESSAGES
 
 
 def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:
@@ -337,15 +366,27 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
     optimizer = costs.optimizer_s * f / a
     run = Run(spec, costs, ranks)
     run.replays = True
-    try:
-        synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
-                                                  backward_work, backward_end, a)
-    except Replay:             # messages would queue on a NIC: every collective at once
-        run = Run(spec, costs, ranks)
-        synced, synced_comm = _sync_replayed(run, blocks, algorithm, buckets, start)
-    comm = comm + synced_comm
-    finish = synced + optimizer
-    compute = begin + (forward - start) + (backward_end - forward) + optimizer
+    if _cpu_reason(spec, costs) is not None:
+        # Jobs share a CPU beyond the recurrences' rates: the DES's processor sharing, replayed.
+        run.sharing = True
+        n = ranks.size
+        _, _, finish = _sync_replayed(run, blocks, algorithm, buckets, start)
+        compute, talking = run.compute_s[-n:], run.comm_s[-n:]
+        if buckets:
+            talking = talking + run.comm_s[:n]
+        if bcast is not None and n < p:       # replayed from the broadcast's end
+            compute, talking = compute + begin, talking + comm
+        comm = talking
+    else:
+        try:
+            synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
+                                                      backward_work, backward_end, a)
+        except Replay:             # messages would queue on a NIC: every collective at once
+            run = Run(spec, costs, ranks)
+            synced, synced_comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
+        finish = synced + optimizer
+        compute = begin + (forward - start) + (backward_end - forward) + optimizer
+        comm = comm + synced_comm
 
     sent, received = _tile(run.sent, p), _tile(run.received, p)
     tx, rx = _hosts_of(spec, _tile(run.nic_sent, p)), _hosts_of(spec, _tile(run.nic_received, p))
@@ -426,14 +467,14 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     optimizer step.  With DDP the collectives are a process of their own, started after
     forward by the rank's compute process, which computes backward bucket by bucket
     (signalling each bucket ready), waits for the collectives, then steps.  When each rank
-    is synchronised, and its time in the collectives (its compute is as ``ring_like`` has it:
-    no job here shares cores beyond them)."""
+    is synchronised, its time in the collectives, and when its step ends (with
+    ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).""" 
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     fp16 = buckets and spec.compression == "fp16"
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
     collectives = [[] for _ in range(n)]
-    messages = [[] for _ in range(6)]
+    messages = [[] for _ in range(7)]
     overhead = costs.overhead("all_reduce")
     for i, nbytes in enumerate(sizes):
         for program in collectives:
@@ -463,14 +504,14 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
         program += [(fast_queues.MARK,), (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
     together = n if spec.broadcast_buffers and buckets else 0
     if not buckets:
-        _, marks = replay(run, messages, computes, begin, order_known=known,
-                          together=together)
+        ends, marks = replay(run, messages, computes, begin, order_known=known,
+                             together=together)
         marks = np.array(marks)[:, :-1]          # per tensor: launched, done
-        return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1)
-    _, marks = replay(run, messages, collectives + computes, begin, np.arange(n, 2 * n),
-                      pairs=n, order_known=known, together=together)
+        return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1), ends
+    ends, marks = replay(run, messages, collectives + computes, begin, np.arange(n, 2 * n),
+                         pairs=n, order_known=known, together=together)
     done, synced = np.array(marks[:n]), np.array(marks[n:])[:, 0]
-    return synced, (done[:, 1::2] - done[:, 0::2]).sum(axis=1)
+    return synced, (done[:, 1::2] - done[:, 0::2]).sum(axis=1), ends[n:]
 
 
 def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broadcast):
@@ -644,7 +685,18 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     optimizer = costs.optimizer_s * f / a
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
     t = backward_end.copy()
-    if p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial":
+    binomial = p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial"
+    if p > 1 and _cpu_reason(spec, costs) is not None:
+        # Jobs share a CPU out of step: the DES's processor sharing, replayed.
+        run = Run(spec, costs, np.arange(p))
+        run.sharing = True
+        if binomial:
+            _, finish = _binomial_ps_replayed(run, Block(np.arange(p)[None], p))
+            return _timing(p, finish, run.compute_s, run.comm_s, run.sent, run.received,
+                           _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
+        finish = _linear_ps_replayed(run)
+        return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
+    if binomial:
         run = Run(spec, costs, np.arange(p))
         run.replays = True
         blk = Block(np.arange(p)[None], p)
@@ -653,7 +705,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
                 t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
         except Replay:         # messages would queue on a NIC: every tensor at once
             run = Run(spec, costs, np.arange(p))
-            t = _binomial_ps_replayed(run, blk)
+            t, _ = _binomial_ps_replayed(run, blk)
         return _timing(p, t + optimizer, compute, t - backward_end, run.sent, run.received,
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
@@ -677,14 +729,21 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         finish = shared_ends(t.reshape(-1, sharers), (optimizer * a).reshape(-1, sharers),
                              costs.threads_per_rank, cores, c.cpu_efficiency,
                              tuple((x, sp) for x, _, sp in costs.contention)).ravel()
+    compute = compute + (finish - t - optimizer)          # the step's share of the cores
+    return _ps_timing(spec, costs, finish, compute, t - backward_end)
+
+
+def _ps_timing(spec: RunSpec, costs: CostInputs, finish, compute, comm) -> Timing:
+    """Linear ps's timing, its bytes added: every rank sends and receives the model, the
+    root (p-1) times."""
+    p = spec.world_size
     model = float(costs.model_bytes) if p > 1 else 0.0
     sent = np.full(p, model)
     sent[0] = (p - 1) * model
-    crossing = np.where(np.arange(p) // c.ranks_per_host != 0, model, 0.0)
+    crossing = np.where(np.arange(p) // spec.cluster.ranks_per_host != 0, model, 0.0)
     nic = _hosts_of(spec, crossing)
     nic[0] = crossing.sum()
-    compute = compute + (finish - t - optimizer)          # the step's share of the cores
-    return _timing(p, finish, compute, t - backward_end, sent, sent, nic, nic)
+    return _timing(p, finish, compute, comm, sent, sent, nic, nic)
 
 
 def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: float, work):
@@ -786,8 +845,52 @@ def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: f
     return begin, begin + work / alone, 1.0 / costs.contended_Bps(load)
 
 
+def _root_messages(run: Run, messages, src, dst, nbytes: float, collective: str) -> list:
+    """One message between the root and every other rank (``src`` -> ``dst``, arrays over
+    the others), appended to a replay's ``messages``: their ids."""
+    lat, per_byte, inter = run.link(src, dst, collective)
+    first = len(messages[0])
+    hs, hd = np.where(inter, src // run.rph, -1), np.where(inter, dst // run.rph, -1)
+    for column, values in zip(messages, (src, dst, lat, nbytes * per_byte, hs, hd, nbytes)):
+        column += np.broadcast_to(values, src.shape).tolist()
+    return list(range(first, first + src.size))
+
+
+def _linear_ps_replayed(run: Run):
+    """Linear ps with jobs sharing a CPU out of step (``run.sharing``): every rank's process
+    (``strategies.ps``, ``collectives.gather_mean_scatter``) replayed through the NIC queues
+    and the DES's processor sharing: its compute; per tensor: begin, the gather's overhead, the
+    ranks' sends to the root (which posts every receive at once, then takes the mean on its
+    Gloo thread), the scatter's overhead, the root's sends to all posted at once, end; the
+    optimizer step.  When each rank's step ends."""
+    spec, costs = run.spec, run.costs
+    p = spec.world_size
+    messages = [[] for _ in range(7)]
+    programs, begin, _ = _compute_programs(run, False, messages, False, None)
+    others = np.arange(1, p)
+    root = np.zeros_like(others)
+    enter, leave = (fast_queues.ENTER,), (fast_queues.EXIT,)
+    gather, scatter = (fast_queues.WAIT, costs.overhead("gather")), \
+        (fast_queues.WAIT, costs.overhead("scatter"))
+    for program, f in zip(programs, run.factor):
+        program.append((fast_queues.COMPUTE, costs.backward_s * f))
+    for n in costs.param_bytes:
+        up = _root_messages(run, messages, others, root, n, "gather")
+        down = _root_messages(run, messages, root, others, n, "scatter")
+        programs[0] += [enter, gather, (fast_queues.ALL, [], up),
+                        (fast_queues.GLOO, p * n * costs.mean_s_per_B), scatter,
+                        (fast_queues.ALL, down, []), leave]
+        for k in others.tolist():
+            programs[k] += [enter, gather, (fast_queues.SEND, up[k - 1]), scatter,
+                            (fast_queues.RECV, down[k - 1]), leave]
+    for program, f in zip(programs, run.factor):
+        program.append((fast_queues.COMPUTE, costs.optimizer_s * f))
+    ends, _ = replay(run, messages, programs, begin)
+    return np.array(ends)
+
+
 def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
-                            outputs: float) -> Timing:
+                            outputs: float, *, sharing: bool = False) -> Timing:
     """``data_parallel`` with devices sharing a host, whose messages queue behind each other
     on its NIC: every device's process (``strategies.dp``) replayed from the start through
     the NIC queues and the hosts' CPUs (``fast_collectives.replay``).  Device 0 posts its
@@ -795,18 +898,13 @@ def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
     others' two, is a collective (its begin and end marked: the device's time in them)."""
     p = spec.world_size
     run = Run(spec, costs, np.arange(p))
+    run.sharing = sharing          # devices on one pool of cores: the DES's processor sharing
     model = float(costs.model_bytes)
     others = np.arange(1, p)
-    messages = [[] for _ in range(6)]
+    messages = [[] for _ in range(7)]
 
     def phase(src, dst, nbytes, collective):
-        """One message per other device, src -> dst: their ids."""
-        lat, per_byte, inter = run.link(src, dst, collective)
-        first = len(messages[0])
-        hs, hd = np.where(inter, src // run.rph, -1), np.where(inter, dst // run.rph, -1)
-        for column, values in zip(messages, (src, dst, lat, nbytes * per_byte, hs, hd)):
-            column += np.broadcast_to(values, others.shape).tolist()
-        return list(range(first, first + others.size))
+        return _root_messages(run, messages, src, dst, nbytes, collective)
 
     root = np.zeros_like(others)
     data = phase(root, others, inputs, "scatter")
@@ -845,8 +943,11 @@ def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
             *collective((fast_queues.WAIT, o["gather"]), (fast_queues.SEND, grads[i]))])
     finish, marks = replay(run, messages, programs, np.zeros(p))
     comm = np.array([sum(m[1::2]) - sum(m[0::2]) for m in marks])
-    compute_s = (costs.forward_s + costs.backward_s) * f / run.a
-    compute_s[0] += costs.optimizer_s * f[0] / run.a
+    if sharing:
+        compute_s = run.compute_s
+    else:
+        compute_s = (costs.forward_s + costs.backward_s) * f / run.a
+        compute_s[0] += costs.optimizer_s * f[0] / run.a
     root_sent = (p - 1) * (inputs + model + outputs)
     sent = np.concatenate(([root_sent], np.full(p - 1, outputs + model)))
     received = np.concatenate(([(p - 1) * (outputs + model)],
@@ -861,13 +962,14 @@ def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
 
 
 def _binomial_ps_replayed(run: Run, blk: Block):
-    """Binomial ps where messages queue on a NIC: every rank's process from the start of the
-    iteration (its compute; per tensor: begin, the gather's overhead and schedule with the
-    root's mean, the scatter's, end; the optimizer step), replayed through the NIC queues and
-    the hosts' CPUs.  When each rank is synchronised."""
+    """Binomial ps where messages queue on a NIC (or, with ``run.sharing``, jobs share a CPU):
+    every rank's process from the start of the iteration (its compute; per tensor: begin, the
+    gather's overhead and schedule with the root's mean, the scatter's, end; the optimizer
+    step), replayed through the NIC queues and the hosts' CPUs.  When each rank is
+    synchronised, and when its step ends."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
-    messages = [[] for _ in range(6)]
+    messages = [[] for _ in range(7)]
     programs, begin, _ = _compute_programs(run, False, messages, False, None)
     for program, f in zip(programs, run.factor):
         program.append((fast_queues.COMPUTE, costs.backward_s * f))
@@ -880,8 +982,8 @@ def _binomial_ps_replayed(run: Run, blk: Block):
     for k, program in enumerate(programs):
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
-    _, marks = replay(run, messages, programs, begin)
-    return np.array(marks)[:, 0]
+    ends, marks = replay(run, messages, programs, begin)
+    return np.array(marks)[:, 0], np.array(ends)
 
 
 def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: float) -> Timing:
@@ -890,8 +992,9 @@ def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: floa
     device 0.  ``inputs``/``outputs``: bytes of one device's share."""
     c = spec.cluster
     p = spec.world_size
-    if c.ranks_per_host > 1 and p > 1:
-        return _data_parallel_replayed(spec, costs, inputs, outputs)
+    sharing = _cpu_reason(spec, costs) is not None
+    if (c.ranks_per_host > 1 or sharing) and p > 1:
+        return _data_parallel_replayed(spec, costs, inputs, outputs, sharing=sharing)
     f = _factors(spec)
     a = _compute_rate(spec, costs)
     b = cpu_rate(c.cores_per_host, 1)

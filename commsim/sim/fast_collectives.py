@@ -149,6 +149,11 @@ class Run:
         # Whether a schedule whose messages would queue raises ``Replay`` (the caller then
         # replays all its collectives at once, ``replay``) rather than replaying itself alone.
         self.replays = False
+        # Whether ``replay`` runs the DES's processor sharing (``fast_queues.SharedCpus``):
+        # where jobs share a CPU beyond the rates above.  Then its compute seconds and its
+        # seconds inside collectives, per process.
+        self.sharing = False
+        self.compute_s = self.comm_s = None
         if self.shared_nics:
             self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
             self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
@@ -598,9 +603,13 @@ class Schedule:
         self.sent, self.received = np.zeros(idx.shape), np.zeros(idx.shape)
         self.nic_sent, self.nic_received = np.zeros(idx.shape), np.zeros(idx.shape)
 
-    def _messages(self, src, dst, mult, collective):
+    def _messages(self, src, dst, mult, collective, stride=None):
+        """``stride``: the block is one period of a ring that tiles a larger one (``Block``):
+        a message goes to the rank ``stride`` on, which the period's ``dst`` stands for."""
         run = self._run
         gs, gd = run.ranks[self.idx[:, src]], run.ranks[self.idx[:, dst]]
+        if stride is not None:
+            gd = (gs + stride) % run.p
         lat, per_byte, inter = run.link(gs, gd, collective)
         mult = np.broadcast_to(np.asarray(mult, dtype=float), gs.shape[1:])
         self.sent[:, src] += mult
@@ -622,8 +631,9 @@ class Schedule:
         self.steps.append((_EXCHANGE, _cols(cols), partner, lat, per_byte, crossing, mult,
                            work))
 
-    def shift(self, cols, right, mult=1.0, work: float = 0.0):
-        lat, per_byte, crossing, mult = self._messages(cols, cols[right], mult, "all_reduce")
+    def shift(self, cols, right, mult=1.0, work: float = 0.0, stride=None):
+        lat, per_byte, crossing, mult = self._messages(cols, cols[right], mult, "all_reduce",
+                                                       stride)
         self.steps.append((_SHIFT, _cols(cols), right, lat, per_byte, crossing, mult, work))
 
     def gloo(self, cols, work: float):
@@ -697,7 +707,7 @@ class Schedule:
 
     def replayed(self, nbytes: float, messages):
         """One more collective of ``nbytes`` for a replay of several: its messages appended
-        to ``messages`` (six lists, as ``program`` gives them), its bytes counted; per
+        to ``messages`` (seven lists, as ``program`` gives them), its bytes counted; per
         position, its actions."""
         steps, mine = self.program(nbytes, len(messages[0]))
         for column, more in zip(messages, mine):
@@ -708,8 +718,8 @@ class Schedule:
     def program(self, nbytes: float, first: int = 0):
         """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
         of the block (row-major), its actions (sends, receives, exchanges, reductions); and
-        its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host)
-        lists, src and dst as indices into the run's ranks, hosts -1 inside a host."""
+        its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host,
+        bytes) lists, src and dst as indices into the run's ranks, hosts -1 inside a host."""
         run, idx = self._run, self.idx
         rows, width = idx.shape
         programs = [[] for _ in range(rows * width)]
@@ -729,7 +739,8 @@ class Schedule:
             hd = np.where(inter, run.ranks[idx[:, to]] // run.rph, -1)
             ids = count + np.arange(s.size).reshape(s.shape)
             messages.append((idx[:, cols], idx[:, to], np.broadcast_to(lat, s.shape),
-                             np.broadcast_to(mult * nbytes * per_byte, s.shape), hs, hd))
+                             np.broadcast_to(mult * nbytes * per_byte, s.shape), hs, hd,
+                             np.broadcast_to(mult * nbytes, s.shape)))
             count += s.size
             after = (fast_queues.GLOO, work * nbytes)
             if kind == _SEND:
@@ -747,7 +758,7 @@ class Schedule:
                     if work:
                         programs[a].append(after)
         messages = [np.concatenate([np.ravel(x[i]) for x in messages]).tolist()
-                    if messages else [] for i in range(6)]
+                    if messages else [] for i in range(7)]
         return programs, messages
 
 
@@ -781,7 +792,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     replayed in reverse order and in ``_ORDERS`` random orders too, and the run declined if
     any end or mark differs.
     """
-    if run.r < run.a:
+    if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
                        "its NIC")
     count = len(programs)
@@ -790,13 +801,26 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     first[processes] = start
     rank = np.arange(count) % run.ranks.size
     hosts = (run.ranks[rank] // run.rph).tolist()
+    c = run.spec.cluster
+    pool = c.shared_cpu_cores is not None
 
     def gloo(k, t, work):
         return t + work / run.b
 
     def simulate(order, nics):
-        return fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
-                                    nics, pairs=pairs, compute_rate=run.a, together=together)
+        cpus = None
+        if run.sharing:
+            cpus = fast_queues.SharedCpus(
+                [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
+                run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
+                multiplicity=run.p / run.ranks.size if pool else 1.0)
+        ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
+                                    nics, pairs=pairs, compute_rate=run.a, together=together,
+                                    cpus=cpus)
+        if cpus is not None:
+            run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
+            run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
+        return ends
 
     if run.nics is None:                 # one host: nothing crosses a NIC
         run.nics = NicState(run.spec.cluster.hosts)
@@ -935,14 +959,17 @@ def rabenseifner_schedule(run: Run, blk: Block, average: bool = True) -> Schedul
 def ring_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
     """``collectives.ring_allreduce`` after the overhead, step by step (for a replay: the ring
     is timed by ``ring_steps`` elsewhere): 2(size-1) shifts of a chunk to the right, the first
-    half each reducing it, then the divide."""
+    half each reducing it, then the divide.  A period of a larger ring (``Block.stride``)
+    sends its last rank's chunks to its first, which stands for the next period's."""
     width = blk.idx.shape[1]
+    size = blk.size
     gamma = run.costs.gamma_s_per_B
 
     def build(s):
         cols, right = np.arange(width), np.roll(np.arange(width), -1)
-        for step in range(2 * (width - 1)):
-            s.shift(cols, right, 1.0 / width, gamma / width if step < width - 1 else 0.0)
+        for step in range(2 * (size - 1)):
+            s.shift(cols, right, 1.0 / size, gamma / size if step < size - 1 else 0.0,
+                    blk.stride)
         if average:
             s.gloo(cols, gamma)
 

@@ -19,9 +19,10 @@ or resumed) is one event here too, so that two messages asking for one direction
 instant queue as in the DES.  Processes that start at one instant start in the order given
 (rank order, as the DES starts them).  The queue is a heap of instants with a list of events
 per instant (ties are the rule on alike hosts): O(events + instants log instants) Python
-operations, about 1 us an event.  The fast engine runs it only where messages would meet
-(``NicState.accept`` says), and on a uniform cluster for one representative pair of hosts
-(``fast_collectives``).
+operations, about 1 us an event.  The fast engine runs it where messages would meet
+(``NicState.accept`` says), on a uniform cluster for one representative pair of hosts
+(``fast_collectives``), and where jobs share a CPU out of step: then its CPUs are the DES's
+processor sharing (``SharedCpus``) instead of fixed rates.
 """
 from __future__ import annotations
 
@@ -84,6 +85,119 @@ class NicState:
         return True
 
 
+class SharedCpus:
+    """The DES's processor-sharing CPUs (``engine.ProcessorSharingCPU``) for ``simulate``:
+    every job on a CPU runs at cores / busy threads once the busy threads exceed its cores,
+    times the efficiency curve at the busy threads, times the calibrated compute speed at its
+    load while a rank on it is inside a collective; a message between hosts is held to the
+    contended bandwidth at the busier end's load when it starts.
+
+    cpu:           per process, its CPU (a host's, or 0 for every process on one pool).
+    cores:         cores of every CPU.
+    threads:       threads of a compute job (a Gloo job has one).
+    efficiency:    ((busy threads, speed), ...), ``ClusterSpec.cpu_efficiency``.
+    costs:         the run's ``CostInputs`` (its contention curve), or None for none.
+    multiplicity:  how many alike copies of the replayed ranks share each CPU (a period of a
+                   uniform cluster on one pool): its jobs, threads and talking ranks count
+                   that many times.
+
+    Every job on a CPU progresses at the same rate, so the CPU keeps the work done per job
+    since it began (``done``) and its jobs on a heap keyed by the ``done`` at which each ends:
+    O(log jobs) per arrival or end."""
+
+    def __init__(self, cpu, cores: float, threads: float, efficiency: tuple = (), costs=None,
+                 multiplicity: float = 1.0):
+        from commsim.costs import clamped_piecewise
+
+        self.cpu = list(cpu)
+        self.cores, self.threads, self.efficiency = float(cores), float(threads), efficiency
+        self.costs = costs if costs is not None and costs.contention else None
+        self.m = float(multiplicity)
+        self._curve = clamped_piecewise
+        count = max(self.cpu) + 1 if self.cpu else 0
+        self.done = [0.0] * count
+        self.last = [0.0] * count
+        self.jobs = [[] for _ in range(count)]       # heap of (done at its end, order, process)
+        self.busy = [0.0] * count                    # threads of running jobs
+        self.computing = [0.0] * count               # threads of running compute jobs
+        self.talking = [0] * count                   # ranks inside a collective
+        self.started = {}                            # process -> when its job began
+        self.compute_s = {}                          # process -> seconds of compute jobs
+        self.comm_s = {}                             # process -> seconds inside collectives
+        self._order = 0
+
+    def load(self, c: int) -> float:
+        """``ProcessorSharingCPU.load``."""
+        computing = self.m * self.computing[c]
+        if computing + self.m * self.talking[c] <= self.cores:
+            return 0.0
+        return computing / self.cores
+
+    def rate(self, c: int) -> float:
+        busy = self.m * self.busy[c]
+        rate = (1.0 if busy <= self.cores else self.cores / busy) * self._curve(self.efficiency,
+                                                                                busy)
+        if self.talking[c] and self.costs is not None:
+            rate *= self.costs.compute_speed(self.load(c))
+        return rate
+
+    def advance(self, c: int, t: float) -> None:
+        if self.jobs[c] and t > self.last[c]:
+            self.done[c] += (t - self.last[c]) * self.rate(c)
+        self.last[c] = t
+
+    def arrive(self, k: int, t: float, work: float, compute: bool) -> int:
+        c = self.cpu[k]
+        self.advance(c, t)
+        threads = self.threads if compute else 1.0
+        heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute))
+        self._order += 1
+        self.busy[c] += threads
+        if compute:
+            self.computing[c] += threads
+        self.started[k] = t
+        return c
+
+    def communicating(self, k: int, t: float, delta: int) -> int:
+        """Process k began (+1) or ended (-1) a collective at ``t``: its CPU."""
+        c = self.cpu[k]
+        self.advance(c, t)
+        self.talking[c] += delta
+        self.comm_s[k] = self.comm_s.get(k, 0.0) - delta * t
+        return c
+
+    def next_end(self, c: int, t: float):
+        """When the CPU's first job ends at the current rate (None: no job)."""
+        if not self.jobs[c]:
+            return None
+        return t + max(0.0, self.jobs[c][0][0] - self.done[c]) / self.rate(c)
+
+    def finish_due(self, c: int, t: float) -> list:
+        """The processes whose jobs end at ``t``, in the order they arrived (the DES's residue
+        guard; at least the one closest to its end)."""
+        self.advance(c, t)
+        jobs, done = self.jobs[c], self.done[c]
+        ended = [heapq.heappop(jobs)]
+        while jobs and jobs[0][0] - done <= _DUE_S * max(1.0, jobs[0][0] - done):
+            ended.append(heapq.heappop(jobs))
+        ended.sort(key=lambda job: job[1])
+        for _, _, k, threads, compute in ended:
+            self.busy[c] -= threads
+            if compute:
+                self.computing[c] -= threads
+                self.compute_s[k] = self.compute_s.get(k, 0.0) + t - self.started[k]
+        return [job[2] for job in ended]
+
+    def message_s(self, src: int, dst: int, nbytes: float, busy: float) -> float:
+        """A message's time on the wire: its link's, or the contended bandwidth's at the
+        busier end."""
+        if self.costs is None:
+            return busy
+        cap = min(self.costs.contended_Bps(self.load(self.cpu[src])),
+                  self.costs.contended_Bps(self.load(self.cpu[dst])))
+        return max(busy, nbytes / cap)
+
+
 class _Direction:
     """One NIC direction as a simpy Resource of capacity 1: the holder, the FIFO of waiting
     transfers, and whether a release is still to be processed."""
@@ -95,7 +209,7 @@ class _Direction:
 
 
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
-             compute_rate: float = 1.0, together: int = 0):
+             compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -119,6 +233,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
     gloo:      gloo(process, t, work) -> when its Gloo thread ends that work from t.
+    cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
+               ``compute_rate`` then unused), with a seventh column of ``messages``, their
+               bytes, for the contention caps.
     nics:      the run's NicState: directions busy before are waited for; a request earlier
                than one an earlier collective made on that direction raises NotExact (the DES
                would have served this one first, and the earlier collective's times change).
@@ -135,7 +252,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     transmits, releases both (each waiter granted in FIFO order) and is delivered a latency
     later; a rank waiting for its messages resumes when they all are delivered.
     """
-    src, dst, lat, busy, tx_host, rx_host = messages
+    src, dst, lat, busy, tx_host, rx_host = messages[:6]
+    nbytes = messages[6] if cpus is not None else None
     n = len(start)
     hosts = sorted(set(host))                  # the hosts of these ranks: their NICs
     directions = ({h: _Direction() for h in hosts}, {h: _Direction() for h in hosts})
@@ -214,6 +332,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def reschedule(h, t):
         version = timer[h] = timer.get(h, 0) + 1
+        if cpus is not None:
+            end = cpus.next_end(h, t)
+            if end is not None:
+                push(end, _TIMER, (h, version))
+            return
         running = jobs.get(h)
         if running:
             push(min(running)[0], _TIMER, (h, version))
@@ -226,7 +349,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             pc[k] += 1
             kind = action[0]
             if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
-                if action[1] > 0:
+                if action[1] > 0 and cpus is not None:
+                    reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
+                elif action[1] > 0:
                     end = gloo(k, t, action[1]) if kind == GLOO else t + action[1] / compute_rate
                     jobs.setdefault(host[k], []).append((end, k))
                     reschedule(host[k], t)
@@ -274,7 +399,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 if key not in fired:
                     waits[k] = key
                     return
-            else:                                  # ENTER, EXIT
+            elif cpus is not None:                 # ENTER, EXIT
+                reschedule(cpus.communicating(k, t, 1 if kind == ENTER else -1), t)
+            else:
                 reschedule(host[k], t)
         finish[k] = t
         if k < pairs:
@@ -308,7 +435,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
                 request(1, rx_host[what], what, t)
             elif kind == _RX_GRANTED:
-                push(t + busy[what], _END, what)
+                if cpus is None:
+                    push(t + busy[what], _END, what)
+                else:
+                    push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
+                         _END, what)
             elif kind == _DELIVERED:                   # the send's event, then the receive's
                 bucket = at[t]
                 bucket.append((_DONE, 2 * what))
@@ -325,6 +456,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
                 h, version = what
                 if version != timer[h]:
+                    continue
+                if cpus is not None:
+                    for k in cpus.finish_due(h, t):
+                        push(t, _RESUME, k)
+                    reschedule(h, t)
                     continue
                 due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
                 jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
