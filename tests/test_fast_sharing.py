@@ -11,6 +11,8 @@ cores among them.  Against the DES on the toy profiles of ``test_fast_engine`` (
 """
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from commsim.api import Scenario, predict
 from commsim.errors import UserError
@@ -161,3 +163,61 @@ def test_parameter_server_in_one_pool_with_the_bundled_profile():
     sc = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2)
     assert_same(predict(load_default(), "ps", 6, sc, engine="des"),
                 predict(load_default(), "ps", 6, sc, engine="fast"))
+
+
+def assert_same_times(des, fast):
+    """``assert_same`` without the summary's critical-rank fields, which an exact tie between
+    ranks' ends (trees of alike ranks) may take from either tied rank."""
+    from test_fast_engine import PER_RANK, TOL, rel
+
+    assert fast.engine == "fast"
+    assert rel(des.iteration_s, fast.iteration_s) < TOL
+    for d, f in zip(des.per_rank, fast.per_rank, strict=True):
+        for field in PER_RANK:
+            assert rel(d[field], f[field]) < TOL, (d["rank"], field)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=st.sampled_from(["ddp", "ring", "ps", "dp"]),
+       profile=st.sampled_from(["plain", "contended", "bundled"]),
+       cpu=st.sampled_from(["one core", "pool", "pool+efficiency", "1.5 cores"]),
+       shape=st.sampled_from([(2, 1), (3, 1), (5, 1), (2, 2), (3, 2), (1, 3), (2, 3)]),
+       uneven=st.sampled_from([{}, dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3}),
+                               dict(slow_links_Bps={1: 3e6})]),
+       algorithm=st.sampled_from([None, "tree", "recursive_doubling", "rabenseifner",
+                                  "binomial"]),
+       extra=st.sampled_from([{}, dict(sync_every=2), dict(compression="fp16"),
+                              dict(overlap=False), dict(group_size=2)]))
+def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, shape, uneven,
+                                                      algorithm, extra):
+    """Any strategy, CPU setting, unevenness and option together: the replay with the DES's
+    processor sharing (or a closed path) gives the DES's times."""
+    hosts, local = shape
+    kw = dict(uneven, **extra)
+    if "slow_links_Bps" in kw and hosts < 2:
+        kw.pop("slow_links_Bps")
+    if strategy != "ddp":
+        kw.pop("compression", None)
+        kw.pop("overlap", None)
+    if strategy in ("ps", "dp"):
+        kw.pop("group_size", None)
+    if strategy == "dp":
+        kw.pop("sync_every", None)
+    p = hosts * local
+    if kw.get("group_size") and p % kw["group_size"]:
+        kw.pop("group_size")
+    if algorithm == "binomial":
+        algorithm = "binomial" if strategy == "ps" else None
+    elif algorithm is not None and strategy not in ("ddp", "ring"):
+        algorithm = None
+    if algorithm is not None:
+        kw["algorithm"] = algorithm
+    cpu_kw = {"one core": dict(cores_per_host=1.0 * local), "pool": dict(shared_cpu_cores=2),
+              "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+              "1.5 cores": dict(cores_per_host=1.5 * local)}[cpu]
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    sc = Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local, **cpu_kw, **kw)
+    assert_same_times(predict(chosen, strategy, hosts, sc, engine="des"),
+                      predict(chosen, strategy, hosts, sc, engine="fast"))

@@ -102,8 +102,8 @@ class SharedCpus:
                    that many times.
 
     Every job on a CPU progresses at the same rate, so the CPU keeps the work done per job
-    since it began (``done``) and its jobs on a heap keyed by the ``done`` at which each ends:
-    O(log jobs) per arrival or end."""
+    since it was last idle (``done``) and its jobs on a heap keyed by the ``done`` at which
+    each ends: O(log jobs) per arrival or end."""
 
     def __init__(self, cpu, cores: float, threads: float, efficiency: tuple = (), costs=None,
                  multiplicity: float = 1.0):
@@ -180,6 +180,10 @@ class SharedCpus:
         ended = [heapq.heappop(jobs)]
         while jobs and jobs[0][0] - done <= _DUE_S * max(1.0, jobs[0][0] - done):
             ended.append(heapq.heappop(jobs))
+        if not jobs:
+            # Idle: the next job's end is then its work over the rate, to the bit, as the DES
+            # has it (two CPUs' jobs ending at one instant keep the DES's order).
+            self.done[c] = 0.0
         ended.sort(key=lambda job: job[1])
         for _, _, k, threads, compute in ended:
             self.busy[c] -= threads
