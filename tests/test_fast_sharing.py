@@ -221,3 +221,23 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
     sc = Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local, **cpu_kw, **kw)
     assert_same_times(predict(chosen, strategy, hosts, sc, engine="des"),
                       predict(chosen, strategy, hosts, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("profile", ["contended", "bundled"])
+@pytest.mark.parametrize("hosts", [2, 3, 8])
+@pytest.mark.parametrize("uneven", [dict(stragglers={1: 1.5}),
+                                    dict(stragglers={0: 1.3}, slow_links_Bps={1: 30e6}),
+                                    dict(slow_links_Bps={1: 3e6}, compression="fp16"),
+                                    dict(stragglers={1: 1.5}, sync_every=2, group_size=2)],
+                         ids=["straggler", "both", "slow link+fp16", "k=2, groups"])
+def test_ddp_ring_with_contention_on_uneven_hosts(profile, hosts, uneven):
+    """One rank per host on one core: DDP's buckets slowed by backward beside them (the
+    calibrated contention) on a ring that a straggler or a slow link makes uneven, in the
+    vectorised recurrences (``Run.contended``), as the DES has it."""
+    from commsim.profile import load_default
+
+    chosen = contended(PROFILE) if profile == "contended" else load_default()
+    sc = Scenario(global_batch=64 * hosts, bucket_bytes=500_000, cores_per_host=1, **uneven)
+    fast = predict(chosen, "ddp", hosts, sc, engine="auto")
+    assert fast.engine == "fast"
+    assert_same_times(predict(chosen, "ddp", hosts, sc, engine="des"), fast)

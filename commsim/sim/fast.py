@@ -185,9 +185,22 @@ def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:
     runnable = others * threads + sharers   # plus one communicating thread per rank
     peak = others * threads / cores if runnable > cores else 0.0
     fastest = max([c.nic_bandwidth_Bps, *(c.slow_links_Bps or {}).values()])
-    if costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0:
+    if (costs.contended_Bps(peak) < fastest or costs.compute_speed(peak) < 1.0) \
+            and not _contended_ring(spec, costs):
         return "communication slowed by compute on the same cores (calibrated contention)"
     return None
+
+
+def _contended_ring(spec: RunSpec, costs: CostInputs) -> bool:
+    """DDP's ring (or rings of groups) with one rank per host and calibrated contention beside
+    backward: ``_sync`` takes it (``Run.contended``), whatever the stragglers and slow links."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    strategy = get_strategy(spec.strategy)
+    return (strategy.overlaps_backward and c.ranks_per_host == 1 and c.hosts > 1
+            and c.shared_cpu_cores is None and not c.cpu_efficiency and bool(costs.contention)
+            and (strategy.algorithm(spec) or "ring") in ("ring", "hierarchical"))
 
 
 def _in_step(spec: RunSpec) -> bool:
@@ -439,6 +452,15 @@ def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_wor
     # Reductions compete with backward only if they can start before it ends.
     if spec.overlap and run.r < run.a:
         run.backward_end = backward_end.copy()
+    # Calibrated contention: inside a collective, backward slows to the calibrated speed and
+    # a message with a computing end is held to the contended bandwidth (``Run.contended``).
+    # ``run.backward_end`` is kept at the rate of the moment: rescaled as each rank enters
+    # and leaves its collective.
+    contention = run.backward_end is not None and _contended_ring(spec, costs)
+    if contention:
+        load = costs.threads_per_rank / spec.cluster.cores_per_host
+        run.speed = costs.compute_speed(load)
+        run.slowest_s_per_B = 1.0 / costs.contended_Bps(load)
     end = forward
     for bucket in costs.buckets:
         backward_end = backward_end if run.backward_end is None else run.backward_end
@@ -447,10 +469,23 @@ def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_wor
         else:
             ready = backward_end
         launch = np.maximum(ready, end)
+        if contention:
+            _rescale_backward(run, launch, 1.0 / run.speed)
+            run.contended = True
         end = _allreduce(run, blocks, algorithm, launch, bucket.bytes, fp16=fp16)
+        if contention:
+            _rescale_backward(run, end, run.speed)
+            run.contended = False
         comm = comm + (end - launch)
     backward_end = backward_end if run.backward_end is None else run.backward_end
     return np.maximum(backward_end, end), comm, backward_end
+
+
+def _rescale_backward(run: Run, t, stretch: float) -> None:
+    """Each rank's backward still running at ``t`` now goes ``stretch`` times slower (or
+    faster): its end moves accordingly."""
+    B = run.backward_end
+    run.backward_end = np.where(B > t, t + (B - t) * stretch, B)
 
 
 def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast):

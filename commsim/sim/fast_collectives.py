@@ -141,6 +141,12 @@ class Run:
         # While DDP's reductions compete with backward: when each rank's backward would end if
         # nothing more competed (None: nothing competes).
         self.backward_end = None
+        # Calibrated contention beside backward (``fast._sync``, one rank per host): while
+        # ``contended``, the collective's ranks compute at ``speed`` of their rate and a message
+        # with a computing end takes at least ``slowest_s_per_B`` a byte.
+        self.contended = False
+        self.speed = 1.0
+        self.slowest_s_per_B = 0.0
         # Ranks sharing a host could queue on its NIC.  A ring's hosts each keep one rank per
         # direction, claimed here; a schedule's messages go through the hosts' NIC queues
         # (``nics``: when each direction is free, over the run's collectives).
@@ -184,6 +190,13 @@ class Run:
 
     # -- CPU -----------------------------------------------------------------------------------
 
+    def rates(self) -> tuple[float, float, float]:
+        """(a, b, r) as ``beside_backward`` takes them: inside a contended collective, compute
+        (and a reduction beside it) at the calibrated speed."""
+        if self.contended:
+            return self.a * self.speed, self.b, self.r * self.speed
+        return self.a, self.b, self.r
+
     def gloo(self, idx, start, work, cols=None):
         """A reduction of ``work`` CPU-seconds (scalar or per rank) on the Gloo thread of ranks
         ``idx`` (columns ``cols`` of them, if given) from ``start``: when it ends."""
@@ -192,7 +205,7 @@ class Run:
         if cols is not None:
             idx = _get(idx, cols)
         end, self.backward_end[idx], _ = beside_backward(start, self.backward_end[idx], work,
-                                                         self.a, self.b, self.r)
+                                                         *self.rates())
         return end
 
     # -- schedules -----------------------------------------------------------------------------
@@ -240,6 +253,9 @@ def ring_steps(run: Run, blk: Block, post, nbytes: float):
         right = (ranks + blk.stride) % run.p
     lat, per_byte, inter = run.link(ranks, right, "all_reduce")
     edge_s = lat + chunk * per_byte
+    if run.contended:          # (latency, busy) of each edge with a computing end
+        edge_s = (edge_s, lat + chunk * np.where(inter, np.maximum(per_byte, run.slowest_s_per_B),
+                                                 per_byte))
     if run.shared_nics and inter.any():
         try:
             run.claim_nic(ranks[inter], right[inter])
@@ -266,9 +282,15 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
     remaining steps are one addition (while DDP's regimes hold).  Uncontended, the rest of the
     phase is ``ring_paths`` where that is cheaper than stepping.
     """
-    competing = run.backward_end is not None and work > 0
+    # Contended edges cost more while an end computes: backward's end matters even without
+    # reductions to compete with it.
+    contended = isinstance(edge_s, tuple)
+    if contended:
+        edge_s, edge_busy_s = edge_s
+    competing = run.backward_end is not None and (work > 0 or contended)
     B = run.backward_end[idx] if competing else None
     paths = RingPaths(edge_s)
+    a, b, r = run.rates()
     k = 0
     prev_regime = None
     while k < steps:
@@ -276,13 +298,26 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
             run.backward_end[idx] = B
             B = None               # every backward is over: plain max-plus from here
         if B is None:
-            g = work / run.b if work > 0 else 0.0
+            g = work / b if work > 0 else 0.0
             if paths.cheaper_than_stepping(steps - k):
                 return paths.after(post, steps - k) + (steps - k) * g
-        sent = np.maximum(post, np.roll(post, -1, axis=1)) + edge_s
+        match = np.maximum(post, np.roll(post, -1, axis=1))
+        busy = None
+        if contended and B is not None:
+            busy = (B > match) | (np.roll(B, -1, axis=1) > match)
+            sent = match + np.where(busy, edge_busy_s, edge_s)
+        else:
+            sent = match + edge_s
         done = np.maximum(sent, np.roll(sent, 1, axis=1))
+        steady = True
         if B is not None:
-            nxt, B, regime = beside_backward(done, B, work, run.a, run.b, run.r)
+            nxt, B, regime = beside_backward(done, B, work, a, b, r)
+            if busy is not None:
+                # An edge keeps its cost over a jump only while its computing ends go on
+                # computing through it (regime 1, held by the jump's slack) and the others
+                # have stopped.
+                inside = regime == 1
+                steady = np.array_equal(busy, inside | np.roll(inside, -1, axis=1))
         else:
             nxt, regime = done + g, None
         k += 1
@@ -290,20 +325,21 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
         lam = advance.max(axis=1, keepdims=True)
         eigen = float((lam - advance.min(axis=1, keepdims=True)).max()) <= \
             _EIGEN_RTOL * max(1.0, float(np.abs(nxt).max()))
-        same_regime = regime is None or (prev_regime is not None and not np.any(regime == 2)
+        same_regime = regime is None or (steady and prev_regime is not None
+                                         and not np.any(regime == 2)
                                          and np.array_equal(regime, prev_regime))
         if k < steps and same_regime and eigen:
             # Every later step of the phase adds lam to its row, while the regimes hold.
             jump = steps - k
             if regime is not None and np.any(regime == 1):
-                grow = work / run.r - work / run.a    # backward's delay per overlapped step
+                grow = work / r - work / a            # backward's delay per overlapped step
                 inside = regime == 1
                 slack = (B - nxt)[inside] / (np.broadcast_to(lam, nxt.shape)[inside] - grow)
                 jump = min(jump, int(np.floor(slack.min())) - 1)
             if jump > 0:
                 nxt = nxt + jump * lam
                 if regime is not None:
-                    B = np.where(regime == 1, B + jump * (work / run.r - work / run.a), B)
+                    B = np.where(regime == 1, B + jump * (work / r - work / a), B)
                 k += jump
         post, prev_regime = nxt, regime
     if B is not None:
