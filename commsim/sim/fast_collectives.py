@@ -230,11 +230,14 @@ def beside_backward(start, backward_end, work, a: float, b: float, r: float):
     at ``start`` and changes nothing (regime 0 or 1).
     """
     left = a * (backward_end - start)            # backward work still to do at ``start``
-    regime = np.where(left <= 0, 0, np.where(left >= work, 1, 2))
-    end = np.where(regime == 0, start + work / b,
-                   np.where(regime == 1, start + work / r, start + left / r + (work - left) / b))
-    new_b = np.where(regime == 0, backward_end,
-                     np.where(regime == 1, backward_end + work / r - work / a, start + left / r))
+    over = left <= 0
+    regime = np.where(over, 0, np.where(left >= work, 1, 2))
+    # x, the reduction's work done beside backward (none, all of it, or what backward has
+    # left), runs at r, the rest at b: one expression for the three regimes (fewer passes
+    # over 65,536 ranks than choosing among them).
+    x = np.clip(left, 0.0, work)
+    end = start + x / r + (work - x) / b
+    new_b = np.where(over, backward_end, start + x / r + (left - x) / a)
     return end, new_b, regime
 
 
