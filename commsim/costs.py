@@ -158,6 +158,22 @@ def contended_bandwidth_Bps(points: tuple, load: float) -> float:
     return clamped_piecewise(points, load)
 
 
+def cpu_load(cores: float, computing: float, talking: float) -> float:
+    """Compute threads per core, as the contention calibration counts its load; 0 while the
+    ``computing`` threads and one thread per rank inside a collective (``talking``) fit in
+    the ``cores`` (nothing to contend)."""
+    return 0.0 if computing + talking <= cores else computing / cores
+
+
+def job_rate(cores: float, busy: float, efficiency: tuple = (), speed: float = 1.0) -> float:
+    """Every job's speed on ``cores`` while ``busy`` threads run there: processor sharing
+    (full speed while they fit, else cores / busy), times the measured ``efficiency`` curve at
+    ``busy``, times ``speed`` (the calibrated compute speed while a rank there communicates,
+    ``CostInputs.compute_speed``; 1 otherwise)."""
+    share = 1.0 if busy <= cores else cores / busy
+    return share * clamped_piecewise(efficiency, busy) * speed
+
+
 def clamped_piecewise(points: tuple, x: float) -> float:
     """Piecewise linear through (x, y) ``points``: 1 at or before the first x, flat after the
     last (measured curves are not extrapolated)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from commsim.costs import clamped_piecewise
+from commsim.costs import cpu_load, job_rate
 
 # Work below this (seconds) is finished: guards float residue in processor sharing.
 _EPS = 1e-15
@@ -55,11 +55,9 @@ class ProcessorSharingCPU:
 
     def _rate(self) -> float:
         busy = sum(job[1] for job in self.jobs.values())
-        share = 1.0 if busy <= self.cores else self.cores / busy
-        rate = share * clamped_piecewise(self.efficiency, busy)  # measured, beyond sharing
-        if self.comm_ranks and self.comm_speed is not None:
-            rate *= self.comm_speed(self.load())
-        return rate
+        talking = self.comm_ranks and self.comm_speed is not None
+        return job_rate(self.cores, busy, self.efficiency,
+                        self.comm_speed(self.load()) if talking else 1.0)
 
     def _advance(self) -> None:
         now = self.env.now
@@ -117,9 +115,7 @@ class ProcessorSharingCPU:
     def load(self) -> float:
         """Compute threads per core, as the contention calibration counts its load; 0 while
         compute and communication threads together fit in the cores (nothing to contend)."""
-        if self.compute_threads + self.comm_ranks <= self.cores:
-            return 0.0
-        return self.compute_threads / self.cores
+        return cpu_load(self.cores, self.compute_threads, self.comm_ranks)
 
 
 class Network:

@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commsim.costs import CostInputs, clamped_piecewise
+from commsim.costs import CostInputs, cpu_load, job_rate
 from commsim.sim import fast_lockstep, fast_queues
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
@@ -817,12 +817,9 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
 
     def rate_and_load():
         busy = len(steps) * threads
-        load = busy / cores if busy + talking > cores else 0.0
-        rate = (1.0 if busy <= cores else cores / busy) * clamped_piecewise(c.cpu_efficiency,
-                                                                           busy)
-        if talking and costs.contention:
-            rate *= costs.compute_speed(load)
-        return rate, load
+        load = cpu_load(cores, busy, talking)
+        speed = costs.compute_speed(load) if talking and costs.contention else 1.0
+        return job_rate(cores, busy, c.cpu_efficiency, speed), load
 
     while True:
         rate, load = rate_and_load()

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commsim.costs import CostInputs
+from commsim.costs import CostInputs, job_rate
 from commsim.errors import UserError
 from commsim.sim import collectives, fast_queues
 from commsim.sim.fast_queues import NicState
@@ -53,7 +53,7 @@ class NotExact(UserError):
 
 def cpu_rate(cores: float, threads: float) -> float:
     """The DES's processor sharing: full speed while the threads fit, else cores / threads."""
-    return 1.0 if threads <= cores else cores / threads
+    return job_rate(cores, threads)
 
 
 def cpu_of(spec: RunSpec) -> tuple[float, int]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from commsim.costs import CostInputs, clamped_piecewise
+from commsim.costs import CostInputs, cpu_load, job_rate
 from commsim.sim.fast_collectives import cpu_of, intra_link
 from commsim.spec import RunSpec
 
@@ -117,24 +117,17 @@ class _Lockstep:
 
     # -- the CPU ---------------------------------------------------------------------------
 
-    def _busy(self, compute: bool, gloo: bool) -> float:
-        return self.m * ((self.threads if compute else 0.0) + (1.0 if gloo else 0.0))
-
     def load(self, compute: bool, comm: bool) -> float:
         """``ProcessorSharingCPU.load`` with every twin in the same state."""
-        threads = self.m * self.threads if compute else 0.0
-        if threads + (self.m if comm else 0) <= self.cores:
-            return 0.0
-        return threads / self.cores
+        return cpu_load(self.cores, self.m * self.threads if compute else 0.0,
+                        self.m if comm else 0)
 
     def rate(self, compute: bool, gloo: bool, comm: bool) -> float:
         """``ProcessorSharingCPU._rate``: every job's speed."""
-        busy = self._busy(compute, gloo)
-        share = 1.0 if busy <= self.cores else self.cores / busy
-        rate = share * clamped_piecewise(self.efficiency, busy)
-        if comm and self.contention:
-            rate *= self.costs.compute_speed(self.load(compute, comm))
-        return rate
+        busy = self.m * ((self.threads if compute else 0.0) + (1.0 if gloo else 0.0))
+        speed = self.costs.compute_speed(self.load(compute, comm)) \
+            if comm and self.contention else 1.0
+        return job_rate(self.cores, busy, self.efficiency, speed)
 
     def _state(self):
         compute = any(job[2] for job in self.jobs.values())

@@ -31,6 +31,8 @@ from collections import deque
 
 import numpy as np
 
+from commsim.costs import cpu_load, job_rate
+
 # Two times closer than this (relative to the clock) are one instant: float rounding.
 _TOUCH_RTOL = 1e-12
 
@@ -107,13 +109,10 @@ class SharedCpus:
 
     def __init__(self, cpu, cores: float, threads: float, efficiency: tuple = (), costs=None,
                  multiplicity: float = 1.0):
-        from commsim.costs import clamped_piecewise
-
         self.cpu = list(cpu)
         self.cores, self.threads, self.efficiency = float(cores), float(threads), efficiency
         self.costs = costs if costs is not None and costs.contention else None
         self.m = float(multiplicity)
-        self._curve = clamped_piecewise
         count = max(self.cpu) + 1 if self.cpu else 0
         self.done = [0.0] * count
         self.last = [0.0] * count
@@ -128,18 +127,13 @@ class SharedCpus:
 
     def load(self, c: int) -> float:
         """``ProcessorSharingCPU.load``."""
-        computing = self.m * self.computing[c]
-        if computing + self.m * self.talking[c] <= self.cores:
-            return 0.0
-        return computing / self.cores
+        return cpu_load(self.cores, self.m * self.computing[c], self.m * self.talking[c])
 
     def rate(self, c: int) -> float:
-        busy = self.m * self.busy[c]
-        rate = (1.0 if busy <= self.cores else self.cores / busy) * self._curve(self.efficiency,
-                                                                                busy)
-        if self.talking[c] and self.costs is not None:
-            rate *= self.costs.compute_speed(self.load(c))
-        return rate
+        """``ProcessorSharingCPU._rate``."""
+        talking = self.talking[c] and self.costs is not None
+        return job_rate(self.cores, self.m * self.busy[c], self.efficiency,
+                        self.costs.compute_speed(self.load(c)) if talking else 1.0)
 
     def advance(self, c: int, t: float) -> None:
         if self.jobs[c] and t > self.last[c]:
