@@ -36,6 +36,14 @@ class Interval:
     args: dict = field(default_factory=dict)
 
 
+def finished(jobs: dict) -> list:
+    """The keys of the jobs (key -> [work left, ...], in arrival order) that are done: those
+    within float residue of no work left, else the one closest to done (finish it rather than
+    spin on tiny timeouts)."""
+    done = [key for key, job in jobs.items() if job[0] <= _EPS * max(1.0, job[0])]
+    return done or [min(jobs, key=lambda key: jobs[key][0])]
+
+
 class ProcessorSharingCPU:
     """Cores shared by jobs; exact processor sharing, event-driven (no time slicing)."""
 
@@ -79,11 +87,7 @@ class ProcessorSharingCPU:
         if version != self._version:
             return  # superseded by an arrival or a departure
         self._advance()
-        finished = [jid for jid, job in self.jobs.items() if job[0] <= _EPS * max(1.0, job[0])]
-        if not finished:
-            # Float residue: finish the job closest to done rather than spin on tiny timeouts.
-            finished = [min(self.jobs, key=lambda j: self.jobs[j][0])]
-        for jid in finished:
+        for jid in finished(self.jobs):
             job = self.jobs.pop(jid)
             if job[3]:
                 self.compute_threads -= job[1]

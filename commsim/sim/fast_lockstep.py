@@ -36,11 +36,10 @@ import heapq
 from collections import deque
 
 from commsim.costs import CostInputs, cpu_load, job_rate
+from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import cpu_of, intra_link
 from commsim.spec import RunSpec
 
-# Work below this (seconds) is finished: the DES's residue guard (``engine._EPS``).
-_EPS = 1e-15
 # Steps of a run left to the event loop at its end, so that a job ending there is seen.
 _MARGIN = 2
 
@@ -266,10 +265,7 @@ class _Lockstep:
                     self.ready.append(heapq.heappop(self.timers)[2])
                 continue
             self._advance(due_job)
-            done = [k for k, job in self.jobs.items() if job[0] <= _EPS * max(1.0, job[0])]
-            if not done:
-                done = [min(self.jobs, key=lambda k: self.jobs[k][0])]
-            for k in done:
+            for k in finished(self.jobs):
                 job = self.jobs.pop(k)
                 if job[2]:
                     self.compute_s += self.now - job[3]
