@@ -297,9 +297,11 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
     k = 0
     prev_regime = None
     while k < steps:
-        if B is not None and np.all(B <= post.min()):
+        if B is not None and np.all(B <= post):
+            # Every rank's backward is over by its own next post (so by every later step's
+            # start, and by both ends of every later message): plain max-plus from here.
             run.backward_end[idx] = B
-            B = None               # every backward is over: plain max-plus from here
+            B = None
         if B is None:
             g = work / b if work > 0 else 0.0
             if paths.cheaper_than_stepping(steps - k):
