@@ -241,3 +241,18 @@ def test_ddp_ring_with_contention_on_uneven_hosts(profile, hosts, uneven):
     fast = predict(chosen, "ddp", hosts, sc, engine="auto")
     assert fast.engine == "fast"
     assert_same_times(predict(chosen, "ddp", hosts, sc, engine="des"), fast)
+
+
+@pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
+@pytest.mark.parametrize("hosts", [16, 64])
+def test_ring_steps_inside_every_backward_are_jumped(profile, hosts):
+    """A straggler on one core: while every rank's backward outlasts the next steps' posts,
+    the ring's steps all reduce beside backward over computing ends and are jumped as plain
+    max-plus (``_ring_phase``); the DES's times all the same."""
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    sc = Scenario(global_batch=None, batch_per_rank=64, bucket_bytes=500_000, cores_per_host=1,
+                  stragglers={1: 1.5})
+    assert_same_times(predict(chosen, "ddp", hosts, sc, engine="des"),
+                      predict(chosen, "ddp", hosts, sc, engine="fast"))

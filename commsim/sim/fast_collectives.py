@@ -293,6 +293,7 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
     competing = run.backward_end is not None and (work > 0 or contended)
     B = run.backward_end[idx] if competing else None
     paths = RingPaths(edge_s)
+    inside_paths = RingPaths(edge_busy_s) if contended else paths
     a, b, r = run.rates()
     k = 0
     prev_regime = None
@@ -306,6 +307,22 @@ def _ring_phase(run: Run, idx, post, steps: int, edge_s, work: float):
             g = work / b if work > 0 else 0.0
             if paths.cheaper_than_stepping(steps - k):
                 return paths.after(post, steps - k) + (steps - k) * g
+        else:
+            # Every backward going on past the last post of the next ``inside`` steps (a post
+            # gains at most the dearest edge and a reduction a step): every step reduces
+            # beside backward (regime 1, at r, backward growing by work/r - work/a) and
+            # every edge has computing ends, so the ring is plain max-plus on those edges.
+            g = work / r if work > 0 else 0.0
+            bound = float(inside_paths.edge_s.max()) + g
+            inside = int((float(B.min()) - float(post.max()) - work / a) // bound) - 1 \
+                if bound > 0 else 0
+            inside = min(inside, steps - k)
+            if inside > 1 and inside_paths.cheaper_than_stepping(inside):
+                post = inside_paths.after(post, inside) + inside * g
+                B = B + inside * (work / r - work / a)
+                k += inside
+                prev_regime = None
+                continue
         match = np.maximum(post, np.roll(post, -1, axis=1))
         busy = None
         if contended and B is not None:
