@@ -29,8 +29,12 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    (w/b), fully inside it (w/r; B grows by w/r - w/a), or straddles its end.  Buckets start at
    max(ready, previous bucket's end), ready being when backward's progress reaches the bucket.
    Ring steps are aggregated as above while every rank stays in the same regime, and for at
-   most as many steps as keep every overlapping rank's backward running.  fp16 compression
-   adds the two casts as reductions around an all-reduce of half the bytes.
+   most as many steps as keep every overlapping rank's backward running; while every
+   backward outlasts the next steps' posts, they are plain max-plus with reductions at r
+   (``RingPaths``).  fp16 compression adds the two casts as reductions around an all-reduce
+   of half the bytes.  With calibrated contention (one rank per host, ``_contended_ring``)
+   backward runs at the calibrated compute speed inside a collective (B rescaled as each rank
+   enters and leaves) and a ring edge with a computing end costs the contended bandwidth.
 4. Lockstep worlds (``commsim.sim.fast_lockstep``).  Where jobs share a CPU beyond 3.'s
    regimes (a pool of cores, an efficiency curve, calibrated contention, too few cores) on a
    uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
