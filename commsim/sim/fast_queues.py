@@ -120,6 +120,7 @@ class SharedCpus:
         self.busy = [0.0] * count                    # threads of running jobs
         self.computing = [0.0] * count               # threads of running compute jobs
         self.talking = [0] * count                   # ranks inside a collective
+        self._rate = [None] * count                  # each CPU's rate, until it changes
         self.started = {}                            # process -> when its job began
         self.compute_s = {}                          # process -> seconds of compute jobs
         self.comm_s = {}                             # process -> seconds inside collectives
@@ -130,10 +131,14 @@ class SharedCpus:
         return cpu_load(self.cores, self.m * self.computing[c], self.m * self.talking[c])
 
     def rate(self, c: int) -> float:
-        """``ProcessorSharingCPU._rate``."""
-        talking = self.talking[c] and self.costs is not None
-        return job_rate(self.cores, self.m * self.busy[c], self.efficiency,
-                        self.costs.compute_speed(self.load(c)) if talking else 1.0)
+        """``ProcessorSharingCPU._rate`` (kept until the CPU's jobs or talking ranks change)."""
+        rate = self._rate[c]
+        if rate is None:
+            talking = self.talking[c] and self.costs is not None
+            rate = self._rate[c] = job_rate(
+                self.cores, self.m * self.busy[c], self.efficiency,
+                self.costs.compute_speed(self.load(c)) if talking else 1.0)
+        return rate
 
     def advance(self, c: int, t: float) -> None:
         if self.jobs[c] and t > self.last[c]:
@@ -147,6 +152,7 @@ class SharedCpus:
         heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute))
         self._order += 1
         self.busy[c] += threads
+        self._rate[c] = None
         if compute:
             self.computing[c] += threads
         self.started[k] = t
@@ -157,6 +163,7 @@ class SharedCpus:
         c = self.cpu[k]
         self.advance(c, t)
         self.talking[c] += delta
+        self._rate[c] = None
         self.comm_s[k] = self.comm_s.get(k, 0.0) - delta * t
         return c
 
@@ -181,6 +188,7 @@ class SharedCpus:
         ended.sort(key=lambda job: job[1])
         for _, _, k, threads, compute in ended:
             self.busy[c] -= threads
+            self._rate[c] = None
             if compute:
                 self.computing[c] -= threads
                 self.compute_s[k] = self.compute_s.get(k, 0.0) + t - self.started[k]
@@ -191,8 +199,10 @@ class SharedCpus:
         busier end."""
         if self.costs is None:
             return busy
-        cap = min(self.costs.contended_Bps(self.load(self.cpu[src])),
-                  self.costs.contended_Bps(self.load(self.cpu[dst])))
+        c, d = self.cpu[src], self.cpu[dst]
+        cap = self.costs.contended_Bps(self.load(c))
+        if d != c:
+            cap = min(cap, self.costs.contended_Bps(self.load(d)))
         return max(busy, nbytes / cap)
 
 
