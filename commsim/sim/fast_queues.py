@@ -149,7 +149,8 @@ class SharedCpus:
         c = self.cpu[k]
         self.advance(c, t)
         threads = self.threads if compute else 1.0
-        heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute))
+        heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute,
+                                      work, self.done[c]))
         self._order += 1
         self.busy[c] += threads
         self._rate[c] = None
@@ -167,26 +168,32 @@ class SharedCpus:
         self.comm_s[k] = self.comm_s.get(k, 0.0) - delta * t
         return c
 
+    def _left(self, c: int, job) -> float:
+        """A job's work left: its work less what its CPU has done since it came (a job just
+        come has its work left to the bit, as in the DES, so that equal jobs coming at one
+        instant on two CPUs end at one instant there too)."""
+        return job[5] - (self.done[c] - job[6])
+
     def next_end(self, c: int, t: float):
         """When the CPU's first job ends at the current rate (None: no job)."""
         if not self.jobs[c]:
             return None
-        return t + max(0.0, self.jobs[c][0][0] - self.done[c]) / self.rate(c)
+        return t + max(0.0, self._left(c, self.jobs[c][0])) / self.rate(c)
 
     def finish_due(self, c: int, t: float) -> list:
         """The processes whose jobs end at ``t``, in the order they arrived (the DES's residue
         guard; at least the one closest to its end)."""
         self.advance(c, t)
-        jobs, done = self.jobs[c], self.done[c]
+        jobs = self.jobs[c]
         ended = [heapq.heappop(jobs)]
-        while jobs and jobs[0][0] - done <= _DUE_S * max(1.0, jobs[0][0] - done):
+        while jobs and self._left(c, jobs[0]) <= _DUE_S * max(1.0, self._left(c, jobs[0])):
             ended.append(heapq.heappop(jobs))
         if not jobs:
             # Idle: the next job's end is then its work over the rate, to the bit, as the DES
             # has it (two CPUs' jobs ending at one instant keep the DES's order).
             self.done[c] = 0.0
         ended.sort(key=lambda job: job[1])
-        for _, _, k, threads, compute in ended:
+        for _, _, k, threads, compute, _, _ in ended:
             self.busy[c] -= threads
             self._rate[c] = None
             if compute:
