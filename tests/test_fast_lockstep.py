@@ -49,7 +49,7 @@ def check(profile, strategy, hosts, local, cpu, **kw):
 
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("cpu", CPU)
-@pytest.mark.parametrize("hosts, local", [(2, 1), (4, 1), (1, 4)])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (4, 1), (1, 4), (3, 2)])
 def test_ddp_on_lockstep_worlds(profile, cpu, hosts, local):
     for kw in OPTIONS.values():
         check(PROFILES[profile], "ddp", hosts, local, cpu, **kw)
@@ -63,16 +63,23 @@ def test_ring_on_lockstep_worlds(profile, cpu):
 
 
 def test_odd_worlds_and_more_ranks():
-    """Rings of odd length, and more ranks, with the bundled profile's contention."""
+    """Rings of odd length, and more ranks, with the bundled profile's contention; two ranks
+    per host, in groups inside hosts too."""
     for hosts in (3, 5, 16):
         check(load_default(), "ddp", hosts, 1, "one core")
         check(load_default(), "ddp", hosts, 1, "pool", compression="fp16")
+        check(load_default(), "ddp", hosts, 2, "one core")
+        check(load_default(), "ddp", hosts, 2, "one core", group_size=2)
 
 
 def test_what_lockstep_does_not_cover():
-    """Two ranks per host of several hosts (the host's ranks differ), a straggler or a slow
-    link, a tree, doubling over a group that is not a power of two, the parameter server."""
-    cases = [dict(strategy="ddp", ranks_per_host=2), dict(strategy="ddp", stragglers={1: 1.5}),
+    """Three ranks per host of several hosts (the middle one gets both its messages inside
+    the host), doubling with two (both ranks of a host send to another at once), a straggler
+    or a slow link, a tree, doubling over a group that is not a power of two, the parameter
+    server."""
+    cases = [dict(strategy="ddp", ranks_per_host=3),
+             dict(strategy="ddp", ranks_per_host=2, algorithm="recursive_doubling"),
+             dict(strategy="ddp", stragglers={1: 1.5}),
              dict(strategy="ddp", slow_links_Bps={1: 1e6}), dict(strategy="ddp", algorithm="tree"),
              dict(strategy="ring", algorithm="recursive_doubling", nodes=3),
              dict(strategy="ps")]
@@ -117,7 +124,7 @@ def test_one_rank_on_one_core_by_hand():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
-       hosts=st.sampled_from([(2, 1), (3, 1), (8, 1), (1, 2), (1, 3)]),
+       hosts=st.sampled_from([(2, 1), (3, 1), (8, 1), (1, 2), (1, 3), (2, 2), (3, 2)]),
        options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
        bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]))
 def test_random_combinations_match_the_des(profile, cpu, hosts, options, bucket_bytes):

@@ -427,7 +427,12 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
     finish, compute, comm, moved = fast_lockstep.iteration(spec, costs, buckets=buckets,
                                                            broadcast_end=broadcast_end)
     sent = np.full(p, moved)
-    crossing = sent if spec.cluster.hosts > 1 else np.zeros(p)
+    # Each host's last rank sends over its NIC (and its first receives over it), unless the
+    # rings stay inside hosts.
+    c = spec.cluster
+    last = np.arange(p) % c.ranks_per_host == c.ranks_per_host - 1
+    crosses = c.hosts > 1 and (spec.group_size or p) > c.ranks_per_host
+    crossing = np.where(last, sent, 0.0) if crosses else np.zeros(p)
     tx, rx = _hosts_of(spec, crossing), _hosts_of(spec, crossing)
     received = sent
     if broadcast and broadcast[0] is not None:

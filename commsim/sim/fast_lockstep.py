@@ -8,9 +8,11 @@ sent while compute runs on its cores is capped and compute slows while its rank 
 ``fast.ring_like``'s recurrences assume none of that.  On a *lockstep* world they need not: a
 uniform cluster (no straggler, no slow link) of one rank per host (or of one host) whose
 all-reduce treats every rank alike (a ring, within groups or not; recursive doubling or
-Rabenseifner over a power of two).  There every rank posts, computes, reduces and enters or
-leaves its collectives at the same instants as every other, so one rank's events tell them
-all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
+Rabenseifner over a power of two), or of two ranks per host in a ring (within groups of an
+even size: of a step's two messages each rank of a host sends one and receives the other,
+one inside the host and one from another, so both wait for the later).  There every rank
+posts, computes, reduces and enters or leaves its collectives at the same instants as every
+other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
 each of its messages has a twin arriving from its partner at the same instant.
 
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
@@ -52,8 +54,6 @@ def covers(spec: RunSpec) -> bool:
     if spec.strategy not in ("ring", "ddp") or spec.stragglers or c.slow_links_Bps:
         return False
     strategy = get_strategy(spec.strategy)
-    if c.ranks_per_host > 1 and c.hosts > 1:
-        return False
     p = spec.world_size
     g = spec.group_size or p
     if p % g:
@@ -61,6 +61,14 @@ def covers(spec: RunSpec) -> bool:
     algorithm = strategy.algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
+    if c.hosts > 1 and c.ranks_per_host == 2:
+        # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
+        # host and receives from the previous host, the second the other way round; both
+        # wait for both kinds of message, so they post, reduce and share their cores together.
+        # (Doubling sends both ranks of a host to another at once: they queue on its NIC.)
+        return algorithm == "ring" and g % 2 == 0
+    if c.ranks_per_host > 1 and c.hosts > 1:
+        return False
     if algorithm in ("recursive_doubling", "rabenseifner"):
         return g & (g - 1) == 0
     return algorithm == "ring" or g == 1
@@ -92,14 +100,17 @@ class _Lockstep:
         self.efficiency = c.cpu_efficiency
         self.threads = costs.threads_per_rank
         self.contention = bool(costs.contention)
-        if c.hosts == 1:
-            self.latency_s, bandwidth = intra_link(c)
-            self.per_byte = 1.0 / bandwidth
-            self.capped = False          # no NIC: the DES caps only messages between hosts
-        else:
-            self.latency_s = c.nic_latency_s
-            self.per_byte = costs.wire("all_reduce") / c.nic_bandwidth_Bps
-            self.capped = self.contention
+        # A step's messages: inside the host (one host; or with two ranks per host, the
+        # first rank's to the second) and between hosts (the second's to the next host's
+        # first; none in groups of one host's ranks), which the DES caps under load.  With
+        # two ranks per host each waits for both.
+        self.intra = c.hosts == 1 or c.ranks_per_host == 2
+        self.inter = c.hosts > 1 and (spec.group_size or spec.world_size) > c.ranks_per_host
+        self.intra_latency_s, bandwidth = intra_link(c)
+        self.intra_per_byte = 1.0 / bandwidth
+        self.latency_s = c.nic_latency_s
+        self.per_byte = costs.wire("all_reduce") / c.nic_bandwidth_Bps
+        self.capped = self.contention and self.inter
         self.now = 0.0
         self.jobs: dict[int, list] = {}          # process -> [work left, threads, compute, start]
         self.timers: list = []                    # (time, order, process)
@@ -144,13 +155,21 @@ class _Lockstep:
         self.now = t
 
     def message_s(self, nbytes: float) -> float:
-        """From posting to delivery: the wire at the slower of the link and the contended
-        bandwidth at the CPU's load now, then one latency."""
-        per_byte = self.per_byte
-        if self.capped:
-            compute, _, comm = self._state()
-            per_byte = max(per_byte, 1.0 / self.costs.contended_Bps(self.load(compute, comm)))
-        return nbytes * per_byte + self.latency_s
+        """From posting to delivery of a step's messages: between hosts, the wire at the
+        slower of the link and the contended bandwidth at the CPU's load now, then one
+        latency; inside a host, its latency and bandwidth; the later of the two where a
+        rank sends one and receives the other."""
+        seconds = 0.0
+        if self.inter:
+            per_byte = self.per_byte
+            if self.capped:
+                compute, _, comm = self._state()
+                per_byte = max(per_byte,
+                               1.0 / self.costs.contended_Bps(self.load(compute, comm)))
+            seconds = nbytes * per_byte + self.latency_s
+        if self.intra:
+            seconds = max(seconds, self.intra_latency_s + nbytes * self.intra_per_byte)
+        return seconds
 
     # -- collectives -------------------------------------------------------------------------
 
