@@ -38,8 +38,8 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
 4. Lockstep worlds (``commsim.sim.fast_lockstep``).  Where jobs share a CPU beyond 3.'s
    regimes (a pool of cores, an efficiency curve, calibrated contention, too few cores) on a
    uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
-   of two) that treats every rank alike, every rank acts at the same instants: one rank's
-   events, its CPU carrying its twins' jobs, give them all.
+   of two) that treats every rank alike, or of two ranks per host in a ring, every rank acts
+   at the same instants: one rank's events, its CPU carrying its twins' jobs, give them all.
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
