@@ -358,7 +358,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
 
     c = spec.cluster
     p = spec.world_size
-    if fast_lockstep.covers(spec) and _cpu_reason(spec, costs) is not None:
+    shares_cpu = _cpu_reason(spec, costs) is not None
+    if shares_cpu and fast_lockstep.covers(spec):
         return _lockstep(spec, costs, buckets)
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
@@ -383,7 +384,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
     optimizer = costs.optimizer_s * f / a
     run = Run(spec, costs, ranks)
     run.replays = True
-    if _cpu_reason(spec, costs) is not None:
+    if shares_cpu:
         # Jobs share a CPU beyond the recurrences' rates: the DES's processor sharing, replayed.
         run.sharing = True
         n = ranks.size

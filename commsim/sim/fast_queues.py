@@ -116,7 +116,9 @@ class SharedCpus:
         count = max(self.cpu) + 1 if self.cpu else 0
         self.done = [0.0] * count
         self.last = [0.0] * count
-        self.jobs = [[] for _ in range(count)]       # heap of (done at its end, order, process)
+        # Per CPU a heap of jobs: (done at its end, order, process, threads, compute?, work,
+        # done when it came).
+        self.jobs = [[] for _ in range(count)]
         self.busy = [0.0] * count                    # threads of running jobs
         self.computing = [0.0] * count               # threads of running compute jobs
         self.talking = [0] * count                   # ranks inside a collective
