@@ -1,5 +1,6 @@
 """The CLI: answers on the bundled profile, and bad input gets one line and exit code 2."""
 import json
+import os
 import subprocess
 import sys
 
@@ -86,3 +87,28 @@ def test_corrupt_profile_is_refused(tmp_path, capsys):
     code, _, err = run(["predict", "--strategy", "ring", "--nodes", "2", "--profile", str(bad)],
                        capsys)
     assert code == 2 and "model" in err and len(err.strip().splitlines()) == 1
+
+
+_BLAS_THREADS = """
+import os, sys
+import commsim.cli
+from threadpoolctl import threadpool_info
+blas = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]
+print(blas, os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+@pytest.mark.parametrize("preset, threads, left", [(None, "[1]", "None"), ("2", "[2]", "2")])
+def test_the_cli_loads_numpy_on_one_blas_thread_and_leaves_the_environment(preset, threads,
+                                                                           left):
+    """OpenBLAS's thread per core costs CPU at every start; a user's own setting wins, and the
+    processes a command starts see the environment as it was."""
+    pytest.importorskip("threadpoolctl")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", _BLAS_THREADS], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    if out[0] == "[]":
+        pytest.skip("numpy here is not built on OpenBLAS")
+    assert out == [threads, left]

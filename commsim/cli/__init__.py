@@ -42,6 +42,23 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """Predict, measure and explain the communication cost of data-parallel training."""
 
 
+def _numpy_on_one_blas_thread() -> None:
+    """Import numpy with OpenBLAS on one thread, unless the user set its thread count.  The
+    commands' numpy work is elementwise; OpenBLAS starts a thread per core at import, and on a
+    2-core machine that costs about 0.1 s of CPU a command.  The setting is taken back once
+    numpy is loaded, so the processes a command starts (torchrun, the emulated cluster's ranks)
+    inherit the user's environment as it was."""
+    name = "OPENBLAS_NUM_THREADS"
+    if "numpy" in sys.modules or name in os.environ:
+        return
+    os.environ[name] = "1"
+    try:
+        import numpy  # noqa: F401  (OpenBLAS reads the variable when numpy loads it)
+    finally:
+        del os.environ[name]
+
+
+_numpy_on_one_blas_thread()
 for _name in COMMAND_MODULES:
     try:
         _mod = importlib.import_module(f"commsim.cli.{_name}")
