@@ -18,8 +18,9 @@ Steps:
    prediction alone), its wall time (``time.perf_counter``), CPU time (``time.process_time``)
    and the child's peak RSS (``os.wait4``); options the fast engine declines are named with its
    reason, not run (the DES would take hours at 65,536 ranks);
-3. for every option alone, one fresh ``python -m commsim predict ... --engine fast`` process:
-   wall and CPU time including start-up, and its peak RSS;
+3. for every option alone, one fresh ``python -m commsim predict ... --engine fast`` process
+   (commsim's modules compiled to bytecode first, as ``pip install`` leaves them): wall and CPU
+   time including start-up, and its peak RSS;
 4. ``commsim sweep --nodes pow2:65536 --batch-per-rank 32`` for every strategy and algorithm (one
    command per algorithm, as ``--algorithm`` applies to every strategy of a sweep) and
    ``commsim tune --nodes 65536 --batch-per-rank 32``, fresh processes;
@@ -197,6 +198,18 @@ def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: i
     return out
 
 
+def compile_bytecode() -> None:
+    """Compile commsim's modules to bytecode, as ``pip install`` does: an editable install (or a
+    shell with PYTHONDONTWRITEBYTECODE set) would otherwise compile them from source at every
+    start, which a user's installed commsim does not do."""
+    import compileall
+    import importlib.util
+
+    for name in ("commsim", "commsim.calibrate", "commsim.analysis"):
+        for folder in importlib.util.find_spec(name).submodule_search_locations:
+            compileall.compile_dir(folder, quiet=1)
+
+
 def fresh(argv: list[str], timeout: int) -> dict:
     """A fresh ``python -m commsim`` process: wall time (start-up included) and its peak RSS
     (reaped here with ``os.wait4``, which reports that child's own resource use)."""
@@ -254,7 +267,10 @@ def main(argv=None) -> int:
     print(f"profile: {prof.model_name}, {len(prof.params)} tensors, {prof.model_bytes / 1e6:.1f} MB "
           f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores")
     print("in-process: forked from this process (commsim imported, profile loaded); fresh: "
-          "python -m commsim predict ... --engine fast, start-up included")
+          "python -m commsim predict ... --engine fast, start-up included (bytecode compiled, "
+          "as pip install leaves it)")
+    if not (args.no_fresh and args.no_commands):
+        compile_bytecode()
     print(f"{'option':40} {'strategy':8} {'ranks':>6} {'engine':6} {'wall s':>7} {'cpu s':>6} "
           f"{'MiB':>5} | {'fresh':>6} {'cpu s':>6} {'MiB':>5}  target (fresh process where run)")
     missed, declines = [], []
