@@ -165,6 +165,26 @@ def test_parameter_server_in_one_pool_with_the_bundled_profile():
                 predict(load_default(), "ps", 6, sc, engine="fast"))
 
 
+@pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (3, 2), (2, 3)])
+@pytest.mark.parametrize("uneven", [dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3, 1: 2.0}),
+                                    dict(slow_links_Bps={1: 3e6}),
+                                    dict(stragglers={1: 1.2}, sync_every=2)],
+                         ids=["straggler", "root and another", "slow link", "local steps"])
+def test_parameter_server_in_one_pool_out_of_step(profile, hosts, local, uneven):
+    """Uneven ranks on one pool: only the first tensor's gather meets a late rank's backward;
+    the fast engine replays the compute and that tensor, and from its mean on (the root's
+    mean the one job until the last scatter) takes the recurrences, as the DES times them."""
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, shared_cpu_cores=2,
+                  **uneven)
+    assert len(chosen.params) > 2
+    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
+                      predict(chosen, "ps", hosts, sc, engine="fast"))
+
+
 def assert_same_times(des, fast):
     """``assert_same`` without the summary's critical-rank fields, which an exact tie between
     ranks' ends (trees of alike ranks) may take from either tied rank."""

@@ -88,6 +88,8 @@ kind of step, and the times it reports do not depend on that order except in suc
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
@@ -135,8 +137,11 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     from commsim.strategies import get_strategy
 
     p = spec.world_size
-    if spec.strategy == "ps":          # a gather and a scatter a tensor
-        return 2 * (p - 1) * len(costs.param_bytes) <= _REPLAY_MESSAGES
+    if spec.strategy == "ps":          # a gather and a scatter a tensor replayed
+        binomial = get_strategy("ps").algorithm(spec) == "binomial"
+        tensors = 1 if not binomial and _quiet_after_first_tensor(spec, costs) \
+            else len(costs.param_bytes)
+        return 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
     if spec.strategy == "dp":          # five phases through device 0
         return 5 * (p - 1) <= _REPLAY_MESSAGES
     if spec.strategy not in ("ring", "ddp"):
@@ -220,11 +225,11 @@ def _in_step(spec: RunSpec) -> bool:
     from commsim.strategies import get_strategy
 
     c = spec.cluster
+    algorithm = get_strategy(spec.strategy).algorithm(spec)
+    if spec.strategy == "ps" and not spec.stragglers:
+        return algorithm != "binomial"     # a slow link only delays messages
     if spec.stragglers or c.slow_links_Bps:
         return False
-    algorithm = get_strategy(spec.strategy).algorithm(spec)
-    if spec.strategy == "ps":
-        return algorithm != "binomial"
     return (spec.strategy in ("ring", "single") and (algorithm or "ring") == "ring"
             and spec.group_size in (None, spec.world_size)
             and (c.ranks_per_host <= 2 or c.hosts == 1))
@@ -729,7 +734,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     backward_end = forward + costs.backward_s * f / a
     optimizer = costs.optimizer_s * f / a
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
-    t = backward_end.copy()
+    t, entered, first = backward_end.copy(), backward_end, 0
     binomial = p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial"
     if p > 1 and _cpu_reason(spec, costs) is not None:
         # Jobs share a CPU out of step: the DES's processor sharing, replayed.
@@ -739,9 +744,15 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
             _, finish = _binomial_ps_replayed(run, Block(np.arange(p)[None], p))
             return _timing(p, finish, run.compute_s, run.comm_s, run.sent, run.received,
                            _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
-        finish = _linear_ps_replayed(run)
-        return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
-    if binomial:
+        if not _quiet_after_first_tensor(spec, costs):
+            finish = _linear_ps_replayed(run)
+            return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
+        # Only the first tensor's gather can meet compute (a late rank's backward); from its
+        # mean on nothing computes until the last scatter: the recurrences below, exact.
+        t, first = _linear_ps_replayed(run, tensors=1), 1
+        entered = t - run.comm_s
+        compute = run.compute_s + optimizer
+    elif binomial:
         run = Run(spec, costs, np.arange(p))
         run.replays = True
         blk = Block(np.arange(p)[None], p)
@@ -755,7 +766,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
     cores, sharers = cpu_of(spec)
-    for i, n in enumerate(costs.param_bytes if p > 1 else ()):
+    for i, n in enumerate(costs.param_bytes[first:] if p > 1 else (), start=first):
         post = t + costs.overhead("gather")
         gathered = float(_gather_to_root(spec, costs, post, n).max())
         mean_work = p * n * costs.mean_s_per_B
@@ -775,7 +786,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
                              costs.threads_per_rank, cores, c.cpu_efficiency,
                              tuple((x, sp) for x, _, sp in costs.contention)).ravel()
     compute = compute + (finish - t - optimizer)          # the step's share of the cores
-    return _ps_timing(spec, costs, finish, compute, t - backward_end)
+    return _ps_timing(spec, costs, finish, compute, t - entered)
 
 
 def _ps_timing(spec: RunSpec, costs: CostInputs, finish, compute, comm) -> Timing:
@@ -898,13 +909,24 @@ def _root_messages(run: Run, messages, src, dst, nbytes: float, collective: str)
     return list(range(first, first + src.size))
 
 
-def _linear_ps_replayed(run: Run):
+def _quiet_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
+    """Whether linear ps on one pool of cores, past its first tensor's mean, runs nothing but
+    the root's means until the last scatter, at full speed with no cap on its messages: then
+    ``parameter_server`` replays the compute and the first tensor only.  (Every rank is inside
+    a collective from its first gather to its last scatter, the root's mean the one job; with
+    no compute thread the calibrated load is 0, where contention caps nothing.)"""
+    return (spec.cluster.shared_cpu_cores is not None and len(costs.param_bytes) > 1
+            and costs.contended_Bps(0.0) == math.inf and costs.compute_speed(0.0) == 1.0)
+
+
+def _linear_ps_replayed(run: Run, tensors: int | None = None):
     """Linear ps with jobs sharing a CPU out of step (``run.sharing``): every rank's process
     (``strategies.ps``, ``collectives.gather_mean_scatter``) replayed through the NIC queues
     and the DES's processor sharing: its compute; per tensor: begin, the gather's overhead, the
     ranks' sends to the root (which posts every receive at once, then takes the mean on its
     Gloo thread), the scatter's overhead, the root's sends to all posted at once, end; the
-    optimizer step.  When each rank's step ends."""
+    optimizer step.  When each rank's step ends; with ``tensors`` = k, the first k tensors
+    only: when each rank leaves the k-th."""
     spec, costs = run.spec, run.costs
     p = spec.world_size
     messages = [[] for _ in range(7)]
@@ -916,7 +938,7 @@ def _linear_ps_replayed(run: Run):
         (fast_queues.WAIT, costs.overhead("scatter"))
     for program, f in zip(programs, run.factor):
         program.append((fast_queues.COMPUTE, costs.backward_s * f))
-    for n in costs.param_bytes:
+    for n in costs.param_bytes[:tensors]:
         up = _root_messages(run, messages, others, root, n, "gather")
         down = _root_messages(run, messages, root, others, n, "scatter")
         programs[0] += [enter, gather, (fast_queues.ALL, [], up),
@@ -925,7 +947,7 @@ def _linear_ps_replayed(run: Run):
         for k in others.tolist():
             programs[k] += [enter, gather, (fast_queues.SEND, up[k - 1]), scatter,
                             (fast_queues.RECV, down[k - 1]), leave]
-    for program, f in zip(programs, run.factor):
+    for program, f in zip(programs, run.factor if tensors is None else ()):
         program.append((fast_queues.COMPUTE, costs.optimizer_s * f))
     ends, _ = replay(run, messages, programs, begin)
     return np.array(ends)
