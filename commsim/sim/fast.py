@@ -734,7 +734,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     backward_end = forward + costs.backward_s * f / a
     optimizer = costs.optimizer_s * f / a
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
-    t, entered, first = backward_end.copy(), backward_end, 0
+    t, entered, first, gathered = backward_end.copy(), backward_end, 0, None
     binomial = p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial"
     if p > 1 and _cpu_reason(spec, costs) is not None:
         # Jobs share a CPU out of step: the DES's processor sharing, replayed.
@@ -749,9 +749,13 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
             return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
         # Only the first tensor's gather can meet compute (a late rank's backward); from its
         # mean on nothing computes until the last scatter: the recurrences below, exact.
-        t, first = _linear_ps_replayed(run, tensors=1), 1
-        entered = t - run.comm_s
-        compute = run.compute_s + optimizer
+        if c.ranks_per_host == 1:
+            entered, compute, gathered = _first_gather_in_pool(spec, costs)
+            compute = compute + optimizer
+        else:
+            t, first = _linear_ps_replayed(run, tensors=1), 1
+            entered = t - run.comm_s
+            compute = run.compute_s + optimizer
     elif binomial:
         run = Run(spec, costs, np.arange(p))
         run.replays = True
@@ -767,8 +771,9 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
     cores, sharers = cpu_of(spec)
     for i, n in enumerate(costs.param_bytes[first:] if p > 1 else (), start=first):
-        post = t + costs.overhead("gather")
-        gathered = float(_gather_to_root(spec, costs, post, n).max())
+        if i > 0 or gathered is None:
+            post = t + costs.overhead("gather")
+            gathered = float(_gather_to_root(spec, costs, post, n).max())
         mean_work = p * n * costs.mean_s_per_B
         scatter = gathered + mean_work / b + costs.overhead("scatter")
         last = i == len(costs.param_bytes) - 1
@@ -917,6 +922,84 @@ def _quiet_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
     no compute thread the calibrated load is 0, where contention caps nothing.)"""
     return (spec.cluster.shared_cpu_cores is not None and len(costs.param_bytes) > 1
             and costs.contended_Bps(0.0) == math.inf and costs.compute_speed(0.0) == 1.0)
+
+
+def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
+    """Linear ps out of step on one pool, one rank per host: the ranks' compute and the first
+    tensor's gather.  Per rank, when it entered the gather and its seconds of compute; and
+    when the root has every message.
+
+    Ranks of one compute factor are a class: their equal jobs start together and end
+    together.  Steps:
+    1. the classes' jobs (forward and backward, per local step) on the pool, an event per
+       class's job end: every job runs at ``job_rate`` of the busy threads, slowed by the
+       calibrated compute speed once a class is inside the gather; a class that ends its
+       backward enters the gather (its threads leave, its ranks talk).  The load, compute
+       threads per core, changes at these events only: messages do not change it;
+    2. the messages queue on the root's receive direction in match order: a rank's send
+       matches when it and the root have posted (the root posts at its own class's entry, in
+       rank order, before its class-mates, which post at the same instant); each holds it
+       for its bytes at the slower of its link and the contended bandwidth at the load when
+       it starts (``SharedCpus.message_s``)."""
+    import bisect
+
+    c = spec.cluster
+    p = spec.world_size
+    cores, threads = c.shared_cpu_cores, costs.threads_per_rank
+    factors, cls = np.unique(_factors(spec), return_inverse=True)
+    size = np.bincount(cls).tolist()
+    work = [w for w in (costs.forward_s, costs.backward_s) * spec.sync_every if w > 0]
+    n_cls = len(size)
+    step = [0] * n_cls
+    left = [work[0] * f for f in factors.tolist()] if work else []
+    started = [0.0] * n_cls
+    compute = [0.0] * n_cls
+    entered = [0.0] * n_cls
+    active = list(range(n_cls)) if work else []
+    busy, talking, now = float(threads * p), 0, 0.0
+    times, loads = [0.0], [cpu_load(cores, busy, talking)]
+    while active:
+        load = loads[-1]
+        speed = costs.compute_speed(load) if talking and costs.contention else 1.0
+        rate = job_rate(cores, busy, c.cpu_efficiency, speed)
+        dt = min(left[k] for k in active) / rate
+        now += dt
+        for k in active:
+            left[k] -= dt * rate
+        ended = [k for k in active if left[k] <= _DONE_S * max(1.0, left[k])] \
+            or [min(active, key=left.__getitem__)]
+        for k in ended:
+            compute[k] += now - started[k]
+            step[k] += 1
+            if step[k] < len(work):
+                left[k], started[k] = work[step[k]] * factors[k], now
+                continue
+            active.remove(k)
+            busy -= threads * size[k]
+            talking += size[k]
+            entered[k] = now
+        times.append(now)
+        loads.append(cpu_load(cores, busy, talking))
+    entered = np.array(entered)[cls]
+    post = entered + costs.overhead("gather")
+    root = post[0]
+    others = np.arange(1, p)
+    match = np.maximum(post[1:], root)
+    late = (post[1:] >= root).astype(int)           # posted with or after the root
+    order = np.lexsort((others, late, match)).tolist()
+    nbytes = float(costs.param_bytes[0])
+    bw = host_bandwidths(c)
+    busy_s = (nbytes * costs.wire("gather") / np.minimum(bw[others], bw[0])).tolist()
+    match = match.tolist()
+    end = -np.inf
+    for i in order:
+        start = max(match[i], end)
+        seconds = busy_s[i]
+        if costs.contention:
+            load = loads[bisect.bisect_right(times, start) - 1]
+            seconds = max(seconds, nbytes / costs.contended_Bps(load))
+        end = start + seconds
+    return entered, np.array(compute)[cls], end + c.nic_latency_s
 
 
 def _linear_ps_replayed(run: Run, tensors: int | None = None):
