@@ -166,7 +166,7 @@ def test_parameter_server_in_one_pool_with_the_bundled_profile():
 
 
 @pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
-@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (3, 2), (2, 3)])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (24, 1), (3, 2), (2, 3)])
 @pytest.mark.parametrize("uneven", [dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3, 1: 2.0}),
                                     dict(slow_links_Bps={1: 3e6}),
                                     dict(stragglers={1: 1.2}, sync_every=2)],
@@ -183,6 +183,28 @@ def test_parameter_server_in_one_pool_out_of_step(profile, hosts, local, uneven)
     assert len(chosen.params) > 2
     assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
                       predict(chosen, "ps", hosts, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
+@pytest.mark.parametrize("hosts", [2, 5, 9])
+@pytest.mark.parametrize("uneven", [{}, dict(stragglers={1: 1.5}),
+                                    dict(stragglers={0: 1.3, 1: 2.0, 3: 0.5}),
+                                    dict(slow_links_Bps={1: 3e6}),
+                                    dict(cpu_efficiency=EFFICIENCY, stragglers={1: 1.2})],
+                         ids=["alike", "straggler", "root and others", "slow link",
+                              "efficiency"])
+def test_data_parallel_in_one_pool(profile, hosts, uneven):
+    """Every device on one pool: device 0's phases are serial, and the devices' forward and
+    backward share the pool with each other and with device 0's sends and sum, event by
+    event (``fast._data_parallel_in_pool``), as the DES times them."""
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    uneven = dict(uneven, stragglers={k: v for k, v in uneven.get("stragglers", {}).items()
+                                      if k < hosts})
+    sc = Scenario(global_batch=64 * hosts, shared_cpu_cores=2, **uneven)
+    assert_same_times(predict(chosen, "dp", hosts, sc, engine="des"),
+                      predict(chosen, "dp", hosts, sc, engine="fast"))
 
 
 def assert_same_times(des, fast):

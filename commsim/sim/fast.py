@@ -47,6 +47,12 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    O(p log p) per tensor.  With every rank on one pool of cores, the ranks that have their
    share of the last scatter step while the root still sends, loading the pool under its
    later messages: an event loop over starts, deliveries and steps (``_last_scatter_in_pool``).
+   Out of step on a pool (stragglers), linear ps's first gather is the only other place
+   compute meets a message: the classes of ranks of one compute factor, an event per class's
+   job end, and the messages in match order at the load when each starts
+   (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
+   from its mean on, the recurrences.  dp on a pool is an event loop over device 0's serial
+   phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
@@ -54,7 +60,7 @@ broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1
 share a CPU beyond the recurrences' rates (a pool of cores, an efficiency curve, calibrated
 contention, more runnable threads than cores) are exact where the ranks of a CPU keep in step
 (``_in_step``: equal jobs running together), on lockstep worlds (4.), for the linear parameter
-server's last steps (5.), and elsewhere replayed with the DES's processor sharing: every rank's
+server and dp on a pool (5.), and elsewhere replayed with the DES's processor sharing: every rank's
 process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``_replays_cpu``; ``_sync_replayed`` with ``Run.sharing``, ``_linear_ps_replayed``,
 ``_binomial_ps_replayed``, ``_data_parallel_replayed``).  Where it is not exact,
@@ -143,7 +149,8 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
             else len(costs.param_bytes)
         return 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
     if spec.strategy == "dp":          # five phases through device 0
-        return 5 * (p - 1) <= _REPLAY_MESSAGES
+        return (spec.cluster.shared_cpu_cores is not None and spec.cluster.ranks_per_host == 1
+                or 5 * (p - 1) <= _REPLAY_MESSAGES)   # (the first: _data_parallel_in_pool)
     if spec.strategy not in ("ring", "ddp"):
         return False
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
@@ -1095,17 +1102,175 @@ def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
     else:
         compute_s = (costs.forward_s + costs.backward_s) * f / run.a
         compute_s[0] += costs.optimizer_s * f[0] / run.a
+    return _dp_timing(spec, costs, np.array(finish), compute_s, comm, inputs, outputs)
+
+
+def _dp_timing(spec: RunSpec, costs: CostInputs, finish, compute_s, comm, inputs: float,
+               outputs: float) -> Timing:
+    """dp's timing, its bytes added: device 0 sends every other device its inputs, the
+    model and its outputs' gradients, and receives their outputs and gradients."""
+    p = spec.world_size
+    model = float(costs.model_bytes)
+    crossing = np.arange(p) // spec.cluster.ranks_per_host != 0
     root_sent = (p - 1) * (inputs + model + outputs)
     sent = np.concatenate(([root_sent], np.full(p - 1, outputs + model)))
     received = np.concatenate(([(p - 1) * (outputs + model)],
                                np.full(p - 1, inputs + model + outputs)))
-    crossing = np.arange(p) // run.rph != 0
     nic_sent = np.where(crossing, sent, 0.0)
     nic_received = np.where(crossing, received, 0.0)
     nic_sent[0] = crossing[1:].sum() * (inputs + model + outputs)
     nic_received[0] = crossing[1:].sum() * (outputs + model)
     return _timing(p, finish, compute_s, comm, sent, received, _hosts_of(spec, nic_sent),
                    _hosts_of(spec, nic_received))
+
+
+def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
+                           outputs: float) -> tuple:
+    """``data_parallel`` with every device on one pool of cores, one device per host: when
+    each device ends, its compute and communication seconds.
+
+    Device 0's phases are serial: each of its scatters (inputs, parameters, output
+    gradients) takes its transmit direction message by message in rank order, and each of its
+    gathers (outputs, gradients) its receive direction in match order (a device's send
+    matches when device 0 has posted its receives: those posted before it in rank order,
+    later ones as they come).  Every job is the DES's processor sharing on the one pool
+    (``fast_queues.SharedCpus``, whose load also caps each message when it starts).  Steps:
+    an event loop over the jobs' ends, the deliveries, the devices' posts after the gather's
+    overhead, device 0's own timer and its direction's next message; at one instant in that
+    order (a delivery's device acts before device 0, whose all-of resumes it after)."""
+    from collections import deque
+
+    c = spec.cluster
+    p = spec.world_size
+    f = _factors(spec).tolist()
+    model = float(costs.model_bytes)
+    lat = c.nic_latency_s
+    bw = host_bandwidths(c)
+    o = {k: costs.overhead(k) for k in ("scatter", "broadcast", "gather")}
+
+    def busy_s(nbytes, collective):
+        return [0.0, *(nbytes * costs.wire(collective) / np.minimum(bw[1:], bw[0])).tolist()]
+
+    cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
+                                  c.cpu_efficiency, costs)
+    inf = math.inf
+    finish = [inf] * p
+    for k in range(p):
+        cpus.communicating(k, 0.0, 1)
+    # Inputs: nothing computes, so each message only waits for the one before.
+    t = o["scatter"]
+    sizes = busy_s(inputs, "scatter")
+    for k in range(1, p):
+        t += cpus.message_s(0, k, inputs, sizes[k])
+    t += lat
+    cpus.communicating(0, t, -1)
+    cpus.communicating(0, t, 1)
+    # The phases through device 0: (collective, bytes, gather?, the job a delivery starts).
+    phases = [("broadcast", model, False, costs.forward_s),
+              ("gather", outputs, True, None),
+              ("scatter", outputs, False, costs.backward_s),
+              ("gather", model, True, None)]
+    root_job = [costs.forward_s, costs.backward_s]     # device 0's, after each scatter
+    phase = 0
+    root_at = t + o["broadcast"]                        # device 0 posts
+    tx_next, tx_k, sizes = inf, 0, None                 # the scatter's next message
+    rx_free, rx_queue = -inf, deque()                   # the gather's direction, its queue
+    deliveries, posts, early = deque(), deque(), []     # (time, device); posted before 0
+    delivered = 0
+    gathering = False                                   # device 0 posted its receives
+    jobs = {}                                           # device -> what its job is
+
+    def start_job(k, now, work, what):
+        if work <= 0:                                  # no job: on at once
+            job_ended(k, now, what)
+            return
+        cpus.arrive(k, now, work, what != "reduce")
+        jobs[k] = what
+
+    def job_ended(k, now, what):
+        nonlocal root_at
+        if what == "optimizer":
+            finish[0] = now
+        elif what == "reduce":
+            cpus.communicating(0, now, -1)
+            start_job(0, now, costs.optimizer_s * f[0], "optimizer")
+        else:                                  # forward or backward: into the next gather
+            cpus.communicating(k, now, 1)
+            if k == 0:
+                root_at = now + o["gather"]
+            else:
+                posts.append((now + o["gather"], k))
+
+    due = inf
+    while finish[0] == inf:
+        rx_next = max(rx_free, rx_queue[0][0]) if rx_queue else inf
+        now = min(due, deliveries[0][0] if deliveries else inf, posts[0][0] if posts else inf,
+                  root_at, tx_next, rx_next)
+        if now == due:
+            for k in cpus.finish_due(0, now):
+                job_ended(k, now, jobs.pop(k))
+            # The pool's timer, set again where its jobs or talking ranks change (only there:
+            # it counts the work done from the last change).
+            due = cpus.next_end(0, now) or inf
+        elif deliveries and now == deliveries[0][0]:
+            _, k = deliveries.popleft()
+            delivered += 1
+            collective, nbytes, gather, work = phases[phase]
+            # An output delivered changes nothing on the CPU (its device waits on).
+            changed = not gather or phase == 3 or delivered == p - 1
+            if not gather:                     # the device leaves and computes
+                cpus.communicating(k, now, -1)
+                start_job(k, now, work * f[k], collective)
+            elif phase == 3:                   # its gradients sent: the device is done
+                cpus.communicating(k, now, -1)
+                finish[k] = now
+            if delivered == p - 1:             # device 0 has them all
+                delivered, gathering = 0, False
+                if phase == 3:                 # the sum, inside the collective
+                    phase = 4
+                    start_job(0, now, (p - 1) * model * costs.gamma_s_per_B, "reduce")
+                elif gather:
+                    cpus.communicating(0, now, -1)
+                    cpus.communicating(0, now, 1)
+                    phase += 1
+                    root_at = now + o["scatter"]
+                else:
+                    cpus.communicating(0, now, -1)
+                    phase += 1
+                    start_job(0, now, root_job[phase // 2] * f[0], collective)
+            if changed:
+                due = cpus.next_end(0, now) or inf
+        elif posts and now == posts[0][0]:
+            _, k = posts.popleft()
+            if gathering:
+                rx_queue.append((now, k))
+            else:                              # matched when device 0 posts
+                early.append(k)
+        elif now == root_at:
+            root_at = inf
+            collective, nbytes, gather, _ = phases[phase]
+            sizes = busy_s(nbytes, collective)
+            if gather:
+                gathering = True
+                rx_queue.extend((now, k) for k in sorted(early))
+                early = []
+            else:
+                tx_next, tx_k = now, 1
+        elif now == tx_next:
+            collective, nbytes, _, _ = phases[phase]
+            tx_next = now + cpus.message_s(0, tx_k, nbytes, sizes[tx_k])
+            deliveries.append((tx_next + lat, tx_k))
+            tx_k += 1
+            if tx_k == p:
+                tx_next = inf
+        else:
+            _, k = rx_queue.popleft()
+            _, nbytes, _, _ = phases[phase]
+            rx_free = now + cpus.message_s(k, 0, nbytes, sizes[k])
+            deliveries.append((rx_free + lat, k))
+    compute = [cpus.compute_s.get(k, 0.0) for k in range(p)]
+    comm = [cpus.comm_s.get(k, 0.0) for k in range(p)]
+    return np.array(finish), np.array(compute), np.array(comm)
 
 
 def _binomial_ps_replayed(run: Run, blk: Block):
@@ -1140,6 +1305,9 @@ def data_parallel(spec: RunSpec, costs: CostInputs, inputs: float, outputs: floa
     c = spec.cluster
     p = spec.world_size
     sharing = _cpu_reason(spec, costs) is not None
+    if sharing and c.shared_cpu_cores is not None and c.ranks_per_host == 1 and p > 1:
+        finish, compute, comm = _data_parallel_in_pool(spec, costs, inputs, outputs)
+        return _dp_timing(spec, costs, finish, compute, comm, inputs, outputs)
     if (c.ranks_per_host > 1 or sharing) and p > 1:
         return _data_parallel_replayed(spec, costs, inputs, outputs, sharing=sharing)
     f = _factors(spec)

@@ -123,6 +123,7 @@ class SharedCpus:
         self.computing = [0.0] * count               # threads of running compute jobs
         self.talking = [0] * count                   # ranks inside a collective
         self._rate = [None] * count                  # each CPU's rate, until it changes
+        self._cap = [None] * count                   # and its contended bandwidth
         self.started = {}                            # process -> when its job began
         self.compute_s = {}                          # process -> seconds of compute jobs
         self.comm_s = {}                             # process -> seconds inside collectives
@@ -155,7 +156,7 @@ class SharedCpus:
                                       work, self.done[c]))
         self._order += 1
         self.busy[c] += threads
-        self._rate[c] = None
+        self._rate[c] = self._cap[c] = None
         if compute:
             self.computing[c] += threads
         self.started[k] = t
@@ -166,7 +167,7 @@ class SharedCpus:
         c = self.cpu[k]
         self.advance(c, t)
         self.talking[c] += delta
-        self._rate[c] = None
+        self._rate[c] = self._cap[c] = None
         self.comm_s[k] = self.comm_s.get(k, 0.0) - delta * t
         return c
 
@@ -197,7 +198,7 @@ class SharedCpus:
         ended.sort(key=lambda job: job[1])
         for _, _, k, threads, compute, _, _ in ended:
             self.busy[c] -= threads
-            self._rate[c] = None
+            self._rate[c] = self._cap[c] = None
             if compute:
                 self.computing[c] -= threads
                 self.compute_s[k] = self.compute_s.get(k, 0.0) + t - self.started[k]
@@ -209,10 +210,18 @@ class SharedCpus:
         if self.costs is None:
             return busy
         c, d = self.cpu[src], self.cpu[dst]
-        cap = self.costs.contended_Bps(self.load(c))
+        cap = self.cap(c)
         if d != c:
-            cap = min(cap, self.costs.contended_Bps(self.load(d)))
+            cap = min(cap, self.cap(d))
         return max(busy, nbytes / cap)
+
+    def cap(self, c: int) -> float:
+        """The contended bandwidth at the CPU's load (kept until its jobs or talking ranks
+        change)."""
+        cap = self._cap[c]
+        if cap is None:
+            cap = self._cap[c] = self.costs.contended_Bps(self.load(c))
+        return cap
 
 
 class _Direction:
