@@ -186,6 +186,23 @@ def test_parameter_server_in_one_pool_out_of_step(profile, hosts, local, uneven)
 
 
 @pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
+@pytest.mark.parametrize("hosts, local", [(2, 1), (5, 1), (16, 1), (3, 2), (2, 3)])
+@pytest.mark.parametrize("uneven", [{}, dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3}),
+                                    dict(slow_links_Bps={1: 3e6}), dict(sync_every=2)])
+def test_binomial_parameter_server_in_one_pool(profile, hosts, local, uneven):
+    """Binomial ps on one pool: the compute (and with stragglers the first tensor) replayed,
+    the middle tensors by the schedules with the root's mean alone on the pool, the last
+    tensor and the steps replayed from when each rank begins it; the DES's times."""
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, shared_cpu_cores=2,
+                  algorithm="binomial", **uneven)
+    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
+                      predict(chosen, "ps", hosts, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
 @pytest.mark.parametrize("hosts", [2, 5, 9])
 @pytest.mark.parametrize("uneven", [{}, dict(stragglers={1: 1.5}),
                                     dict(stragglers={0: 1.3, 1: 2.0, 3: 0.5}),

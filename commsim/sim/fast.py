@@ -145,8 +145,9 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     p = spec.world_size
     if spec.strategy == "ps":          # a gather and a scatter a tensor replayed
         binomial = get_strategy("ps").algorithm(spec) == "binomial"
-        tensors = 1 if not binomial and _quiet_after_first_tensor(spec, costs) \
-            else len(costs.param_bytes)
+        tensors = len(costs.param_bytes)
+        if _quiet_after_first_tensor(spec, costs):     # the first and (binomial) the last
+            tensors = 1 + (binomial and bool(spec.stragglers))
         return 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
     if spec.strategy == "dp":          # five phases through device 0
         return (spec.cluster.shared_cpu_cores is not None and spec.cluster.ranks_per_host == 1
@@ -748,7 +749,8 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         run = Run(spec, costs, np.arange(p))
         run.sharing = True
         if binomial:
-            _, finish = _binomial_ps_replayed(run, Block(np.arange(p)[None], p))
+            finish = _binomial_ps_in_pool(run, t) if _quiet_after_first_tensor(spec, costs) \
+                else _binomial_ps_replayed(run, Block(np.arange(p)[None], p))[1]
             return _timing(p, finish, run.compute_s, run.comm_s, run.sent, run.received,
                            _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
         if not _quiet_after_first_tensor(spec, costs):
@@ -1273,19 +1275,59 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
     return np.array(finish), np.array(compute), np.array(comm)
 
 
-def _binomial_ps_replayed(run: Run, blk: Block):
+def _binomial_ps_in_pool(run: Run, backward_end):
+    """Binomial ps on one pool of cores whose first tensor's mean begins the quiet stretch
+    (``_quiet_after_first_tensor``): the compute and the first tensor replayed where ranks
+    compute out of step (else every rank ends backward together, at ``backward_end``); the
+    middle tensors by the schedules, the root's mean alone on the pool; the last tensor and
+    the optimizer steps, which the ranks take as they get their shares while messages still
+    flow, replayed from when each rank begins it.  When each rank's step ends; the run's
+    compute and communication seconds, summed over the parts."""
+    spec, costs = run.spec, run.costs
+    p = spec.world_size
+    blk = Block(np.arange(p)[None], p)
+    last = len(costs.param_bytes) - 1
+    if spec.stragglers:
+        t, _ = _binomial_ps_replayed(run, blk, slice(0, 1))
+        compute, comm, first = run.compute_s, run.comm_s, 1
+    else:
+        t, first = backward_end, 0
+        compute, comm = backward_end.copy(), np.zeros(p)
+    left = t
+    run.b = sharing_rate(spec, 1)           # the root's mean runs alone
+    run.replays = True
+    try:
+        for n in costs.param_bytes[first:last]:
+            t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
+    except Replay:                          # messages would queue on a NIC: all replayed
+        run.b = Run(spec, costs, run.ranks).b
+        run.compute_s = run.comm_s = None
+        return _binomial_ps_replayed(run, blk)[1]
+    _, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=t)
+    run.compute_s = compute + run.compute_s
+    run.comm_s = comm + (t - left) + run.comm_s
+    return finish
+
+
+def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), begin=None):
     """Binomial ps where messages queue on a NIC (or, with ``run.sharing``, jobs share a CPU):
     every rank's process from the start of the iteration (its compute; per tensor: begin, the
     gather's overhead and schedule with the root's mean, the scatter's, end; the optimizer
     step), replayed through the NIC queues and the hosts' CPUs.  When each rank is
-    synchronised, and when its step ends."""
+    synchronised, and when its step ends.  ``tensors``: those replayed, from the first
+    (after the compute) or, with ``begin``, from when each rank begins the first of them;
+    the optimizer step follows the last tensor only."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
     messages = [[] for _ in range(7)]
-    programs, begin, _ = _compute_programs(run, False, messages, False, None)
-    for program, f in zip(programs, run.factor):
-        program.append((fast_queues.COMPUTE, costs.backward_s * f))
-    for n in costs.param_bytes:
+    if begin is None:
+        programs, begin, _ = _compute_programs(run, False, messages, False, None)
+        for program, f in zip(programs, run.factor):
+            program.append((fast_queues.COMPUTE, costs.backward_s * f))
+    else:
+        programs = [[] for _ in range(run.ranks.size)]
+    last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
+    for n in costs.param_bytes[tensors]:
         parts = (gather.replayed(n, messages), scatter.replayed(n, messages))
         for k, (up, down) in enumerate(zip(*parts)):
             programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),
@@ -1293,7 +1335,7 @@ def _binomial_ps_replayed(run: Run, blk: Block):
                             (fast_queues.EXIT,)]
     for k, program in enumerate(programs):
         program += [(fast_queues.MARK,),
-                    (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
+                    (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k] if last else 0.0)]
     ends, marks = replay(run, messages, programs, begin)
     return np.array(marks)[:, 0], np.array(ends)
 
