@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from commsim.costs import cost_inputs
-from commsim.errors import UserError
+from commsim.errors import BeyondReach, UserError
 from commsim.limits import BUCKET_MIB, LATENCY_S, LINK_RATE_BPS, RANKS, SIZE_BYTES
 from commsim.profile import Profile
 from commsim.result import Result
@@ -136,8 +136,9 @@ def sweep(profile: Profile, strategies: Iterable[str], nodes: Iterable[int],
           skipped: list | None = None) -> list[Result]:
     """Every strategy at every node count; ``single`` only at one node (it is the baseline).
 
-    Strong scaling cannot split a global batch over more ranks than samples: those cells are
-    left out and, when ``skipped`` is a list, named there.
+    Strong scaling cannot split a global batch over more ranks than samples, and ``auto``
+    declines a cell no engine answers in reasonable time (``BeyondReach``): those cells are
+    left out and, when ``skipped`` is a list, named there as (strategy, nodes, why).
     """
     out = []
     for strategy in strategies:
@@ -145,11 +146,19 @@ def sweep(profile: Profile, strategies: Iterable[str], nodes: Iterable[int],
             ranks = n * scenario.ranks_per_host
             if strategy == "single" and ranks != 1:
                 continue
+            why = None
             if scenario.batch_per_rank is None and scenario.global_batch < ranks:
-                if skipped is not None:
-                    skipped.append((strategy, n))
-                continue
-            out.append(predict(profile, strategy, n, scenario, engine=engine))
+                why = (f"global batch {scenario.global_batch} cannot be split over more ranks "
+                       "than samples (use --batch-per-rank for weak scaling)")
+            else:
+                try:
+                    out.append(predict(profile, strategy, n, scenario, engine=engine))
+                except BeyondReach as exc:
+                    if skipped is None:
+                        raise
+                    why = exc.why
+            if why is not None and skipped is not None:
+                skipped.append((strategy, n, why))
     return out
 
 

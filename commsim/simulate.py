@@ -8,21 +8,28 @@ Engines:
 * ``fast``: the DES's event times computed from its recurrences over classes of ranks
   (``commsim.sim.fast``): same answers, seconds at 65,536 ranks; refuses what it cannot do exactly.
 * ``auto``: ``fast`` where it is exact, else ``des`` (where ``unsupported`` says so up front, or
-  the fast engine raises ``NotExact`` on the way).  The Result names the engine that ran.
+  the fast engine raises ``NotExact`` on the way), unless the DES would move more than
+  ``AUTO_DES_MESSAGES`` messages: then ``BeyondReach``, naming why, before any work.  The Result
+  names the engine that ran.
 No globals: everything the run needs is in its arguments.
 """
 from __future__ import annotations
 
 from commsim.costs import cost_inputs
-from commsim.errors import UserError
+from commsim.errors import BeyondReach, UserError
 from commsim.profile import Profile
 from commsim.result import Result, derive
 from commsim.sim.context import SimContext
-from commsim.sim.fast import NotExact, run_fast, unsupported
+from commsim.sim.fast import NotExact, des_messages, run_fast, unsupported
 from commsim.spec import RunSpec
 from commsim.strategies import Timing, get_strategy
 
 ENGINES = ("des", "analytic", "fast", "auto")
+
+# The most messages ``--engine auto`` lets the DES move (it moves some 20,000 to 40,000 a
+# second on a 2-core machine, ``bench/scale.py``): beyond, it would run for minutes to days
+# where the fast engine has no exact path, and auto says so instead.
+AUTO_DES_MESSAGES = 500_000
 
 
 def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
@@ -36,12 +43,20 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
     timing = None
     if engine == "auto":
         engine = "des"
-        if unsupported(spec, costs, timeline=timeline) is None:
+        reason = unsupported(spec, costs, timeline=timeline)
+        if reason is None:
             try:
                 timing = run_fast(spec, costs)
                 engine = "fast"
-            except NotExact:
-                pass         # found on the way: e.g. ranks of one host queueing on its NIC
+            except NotExact as exc:
+                reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
+        messages = des_messages(spec, costs)
+        if timing is None and messages > AUTO_DES_MESSAGES:
+            why = (f"the fast engine has no exact path ({reason}), and the DES would move more "
+                   f"than the {AUTO_DES_MESSAGES:.0e} messages --engine auto starts; use fewer "
+                   "ranks, or --engine des to wait for it")
+            raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: the DES would move "
+                              f"about {messages:.2g} messages, and {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
     baseline = None

@@ -157,11 +157,12 @@ def sweep(
     sc = scenario
     skipped: list = []
     rows = [r.to_dict() for r in run(prof, names, node_list, sc, engine=engine, skipped=skipped)]
-    if skipped:
-        nodes_left_out = sorted({n for _, n in skipped})
-        typer.echo(f"commsim sweep: left out {len(skipped)} cell(s) at {nodes_left_out} node(s): "
-                   f"global batch {sc.global_batch} cannot be split over more ranks than samples "
-                   "(use --batch-per-rank for weak scaling)", err=True)
+    for why in dict.fromkeys(why for _, _, why in skipped):      # each reason once, in order
+        cells = [(strategy, n) for strategy, n, reason in skipped if reason == why]
+        where = ", ".join(f"{strategy} at {sorted(n for s, n in cells if s == strategy)}"
+                          for strategy in dict.fromkeys(s for s, _ in cells))
+        typer.echo(f"commsim sweep: left out {len(cells)} cell(s) ({where} nodes): {why}",
+                   err=True)
     if json_out:
         typer.echo(o.dumps(rows))
     elif csv_out:

@@ -110,8 +110,8 @@ from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact,
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 
-__all__ = ["NotExact", "data_parallel", "parameter_server", "ring_like", "run_fast",
-           "unsupported"]
+__all__ = ["NotExact", "data_parallel", "des_messages", "parameter_server", "ring_like",
+           "run_fast", "unsupported"]
 
 
 def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> str | None:
@@ -160,12 +160,43 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     if algorithm not in SCHEDULES:
         return False
     _, blocks = _blocks(spec, algorithm)
-    levels = {"ring": lambda g: 2 * (g - 1), "tree": lambda g: 2 * g.bit_length(),
-              "recursive_doubling": lambda g: g.bit_length() + 2,
-              "rabenseifner": lambda g: 2 * g.bit_length() + 2}[algorithm]
-    per_collective = sum(blk.idx.size * levels(blk.size) for blk in blocks)
-    collectives = len(costs.buckets) if spec.strategy == "ddp" else len(costs.param_bytes)
-    return per_collective * collectives <= _REPLAY_MESSAGES
+    per_rank = _MESSAGES_PER_RANK[algorithm]
+    per_collective = sum(blk.idx.size * per_rank(blk.size) for blk in blocks)
+    return per_collective * _collectives(spec, costs) <= _REPLAY_MESSAGES
+
+
+# Messages a rank of an all-reduce over g ranks sends and receives, at most.
+_MESSAGES_PER_RANK = {"ring": lambda g: 2 * (g - 1), "tree": lambda g: 2 * g.bit_length(),
+                      "recursive_doubling": lambda g: g.bit_length() + 2,
+                      "rabenseifner": lambda g: 2 * g.bit_length() + 2}
+
+
+def _collectives(spec: RunSpec, costs: CostInputs) -> int:
+    """All-reduces an iteration runs: one per bucket (DDP) or per tensor."""
+    return len(costs.buckets) if spec.strategy == "ddp" else len(costs.param_bytes)
+
+
+def des_messages(spec: RunSpec, costs: CostInputs) -> int:
+    """About how many messages the DES moves in one iteration of ``spec`` (sends and receives
+    counted once each side): what its time grows with.  A world ring moves 2p(p-1) an
+    all-reduce, the parameter server 2(p-1) a tensor, dp 5(p-1)."""
+    from commsim.strategies import get_strategy
+
+    p = spec.world_size
+    if p == 1 or spec.strategy == "single":
+        return 0
+    if spec.strategy == "ps":
+        return 2 * (p - 1) * len(costs.param_bytes)
+    if spec.strategy == "dp":
+        return 5 * (p - 1)
+    algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    g = spec.group_size or p
+    if algorithm == "hierarchical":      # inside each host, and a ring of the hosts' leaders
+        h = spec.cluster.hosts
+        per_collective = 2 * (p - h) + 2 * h * (h - 1)
+    else:
+        per_collective = p * _MESSAGES_PER_RANK[algorithm](g)
+    return per_collective * _collectives(spec, costs)
 
 
 def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:

@@ -1,0 +1,94 @@
+"""``--engine auto`` runs the DES only where it ends in reasonable time.
+
+Where the fast engine has no exact path (a world ring whose ranks share one pool of cores out of
+step interleaves every rank's every step, O(p^2) events an all-reduce), the DES's work is
+counted before it starts (``fast.des_messages``); beyond ``AUTO_DES_MESSAGES`` auto says so
+(``BeyondReach``, one line, exit 2) instead of running for hours, a sweep leaves those cells out
+naming why, and ``--engine des`` still runs them.
+"""
+import time
+
+import pytest
+
+from commsim.api import Scenario, predict, run_spec, sweep
+from commsim.cli import main
+from commsim.costs import cost_inputs
+from commsim.errors import BeyondReach
+from commsim.profile import load_default
+from commsim.sim import engine
+from commsim.sim.fast import des_messages
+from commsim.simulate import AUTO_DES_MESSAGES
+from test_fast_engine import PROFILE
+
+OUT_OF_STEP = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                       stragglers={1: 1.5})
+
+
+def counted_messages(profile, strategy, nodes, scenario):
+    """Messages the DES moves in one iteration (``Network.send`` calls) and its answer."""
+    sends = []
+    original = engine.Network.send
+
+    def send(self, *args, **kw):
+        sends.append(args)
+        return original(self, *args, **kw)
+
+    engine.Network.send = send
+    try:
+        result = predict(profile, strategy, nodes, scenario, engine="des")
+    finally:
+        engine.Network.send = original
+    return len(sends), result
+
+
+@pytest.mark.parametrize("strategy, algorithm", [
+    ("ps", None), ("ps", "binomial"), ("dp", None), ("ring", None), ("ring", "tree"),
+    ("ring", "recursive_doubling"), ("ring", "rabenseifner"), ("ddp", None),
+    ("ddp", "hierarchical")])
+@pytest.mark.parametrize("nodes, local", [(5, 1), (8, 1), (3, 2)])
+def test_des_messages_bounds_what_the_des_moves(strategy, algorithm, nodes, local):
+    """The count is what the DES moves, or (trees, doubling) a bound within a few times it."""
+    kw = {} if algorithm is None else {"algorithm": algorithm}
+    sc = Scenario(global_batch=64 * nodes * local, ranks_per_host=local, **kw)
+    moved, _ = counted_messages(PROFILE, strategy, nodes, sc)
+    spec = run_spec(PROFILE, strategy, nodes, sc)
+    estimate = des_messages(spec, cost_inputs(spec, PROFILE))
+    assert moved <= estimate <= 4 * moved + 8 * spec.world_size, (moved, estimate)
+
+
+def test_auto_declines_before_any_work_and_names_why():
+    spec = run_spec(load_default(), "ring", 1024, OUT_OF_STEP)
+    assert des_messages(spec, cost_inputs(spec, load_default())) > AUTO_DES_MESSAGES
+    t0 = time.perf_counter()
+    with pytest.raises(BeyondReach, match=r"ring on 1024 ranks: .*CPU pool.*--engine des"):
+        predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="auto")
+    assert time.perf_counter() - t0 < 5.0     # it counted, it did not simulate
+
+
+def test_auto_still_runs_the_des_where_it_ends_soon():
+    r = predict(load_default(), "ring", 8, OUT_OF_STEP, engine="auto")
+    assert r.engine in ("fast", "des") and r.iteration_s > 0
+
+
+def test_the_cli_says_it_in_one_line(capsys):
+    code = main(["predict", "--strategy", "ring", "--nodes", "1024", "--batch-per-rank", "32",
+                 "--shared-cpu-cores", "2", "--straggler", "1:1.5"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "--engine des" in err
+
+
+def test_a_sweep_leaves_those_cells_out_naming_why(capsys):
+    code = main(["sweep", "--strategies", "single,ring", "--nodes", "1,2,4096",
+                 "--batch-per-rank", "32", "--shared-cpu-cores", "2", "--algorithm", "tree",
+                 "--csv"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    rows = out.strip().splitlines()
+    assert len(rows) == 1 + 3                  # single at 1, ring at 1 and 2
+    assert "left out 1 cell(s) (ring at [4096] nodes)" in err and "CPU pool" in err
+    skipped = []
+    cells = sweep(load_default(), ["ring"], [1024], OUT_OF_STEP, skipped=skipped)
+    assert cells == [] and skipped[0][:2] == ("ring", 1024)
+    with pytest.raises(BeyondReach):          # asked for every cell: no silent gap
+        sweep(load_default(), ["ring"], [1024], OUT_OF_STEP)
