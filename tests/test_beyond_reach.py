@@ -79,14 +79,14 @@ def test_the_cli_says_it_in_one_line(capsys):
 
 
 def test_a_sweep_leaves_those_cells_out_naming_why(capsys):
-    code = main(["sweep", "--strategies", "single,ring", "--nodes", "1,2,4096",
+    code = main(["sweep", "--strategies", "single,ring", "--nodes", "1,2,65536",
                  "--batch-per-rank", "32", "--shared-cpu-cores", "2", "--algorithm", "tree",
                  "--csv"])
     out, err = capsys.readouterr()
     assert code == 0
     rows = out.strip().splitlines()
     assert len(rows) == 1 + 3                  # single at 1, ring at 1 and 2
-    assert "left out 1 cell(s) (ring at [4096] nodes)" in err and "CPU pool" in err
+    assert "left out 1 cell(s) (ring at [65536] nodes)" in err and "CPU pool" in err
     skipped = []
     cells = sweep(load_default(), ["ring"], [1024], OUT_OF_STEP, skipped=skipped)
     assert cells == [] and skipped[0][:2] == ("ring", 1024)

@@ -160,15 +160,14 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     if algorithm not in SCHEDULES:
         return False
     _, blocks = _blocks(spec, algorithm)
-    per_rank = _MESSAGES_PER_RANK[algorithm]
-    per_collective = sum(blk.idx.size * per_rank(blk.size) for blk in blocks)
+    per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size) for blk in blocks)
     return per_collective * _collectives(spec, costs) <= _REPLAY_MESSAGES
 
 
-# Messages a rank of an all-reduce over g ranks sends and receives, at most.
-_MESSAGES_PER_RANK = {"ring": lambda g: 2 * (g - 1), "tree": lambda g: 2 * g.bit_length(),
-                      "recursive_doubling": lambda g: g.bit_length() + 2,
-                      "rabenseifner": lambda g: 2 * g.bit_length() + 2}
+# Messages an all-reduce over g ranks moves (the doubling ones at most: a fold adds a few).
+_MESSAGES = {"ring": lambda g: 2 * g * (g - 1), "tree": lambda g: 2 * (g - 1),
+             "recursive_doubling": lambda g: g * (g.bit_length() + 2),
+             "rabenseifner": lambda g: g * (2 * g.bit_length() + 2)}
 
 
 def _collectives(spec: RunSpec, costs: CostInputs) -> int:
@@ -195,7 +194,7 @@ def des_messages(spec: RunSpec, costs: CostInputs) -> int:
         h = spec.cluster.hosts
         per_collective = 2 * (p - h) + 2 * h * (h - 1)
     else:
-        per_collective = p * _MESSAGES_PER_RANK[algorithm](g)
+        per_collective = p // g * _MESSAGES[algorithm](g)
     return per_collective * _collectives(spec, costs)
 
 
