@@ -17,7 +17,8 @@ Steps:
    prediction in a child forked from this process (commsim imported, profile loaded: the
    prediction alone), its wall time (``time.perf_counter``), CPU time (``time.process_time``)
    and the child's peak RSS (``os.wait4``); options the fast engine declines are named with its
-   reason, not run (the DES would take hours at 65,536 ranks);
+   reason and the messages the DES would move (``--engine auto`` runs the DES up to
+   ``AUTO_DES_MESSAGES`` and declines beyond), not run;
 3. for every option alone, one fresh ``python -m commsim predict ... --engine fast`` process
    (commsim's modules compiled to bytecode first, as ``pip install`` leaves them): wall and CPU
    time including start-up, and its peak RSS;
@@ -47,7 +48,8 @@ from commsim.costs import cost_inputs
 from commsim.errors import UserError
 from commsim.profile import (CollectiveFit, ComputeTable, NetworkFit, Profile, ProfileError, load,
                              load_default)
-from commsim.sim.fast import unsupported
+from commsim.sim.fast import des_messages, unsupported
+from commsim.simulate import AUTO_DES_MESSAGES
 
 GiB = 1024 ** 3
 BATCH = 32                              # samples per rank: weak scaling to any rank count
@@ -164,10 +166,18 @@ def cli_flags(options: dict) -> list[str]:
 
 
 def declined(prof: Profile, strategy: str, ranks: int, options: dict) -> str | None:
-    """Why the fast engine leaves this case to the DES, as far as the spec tells."""
+    """Why the fast engine leaves this case to the DES, as far as the spec tells, and how many
+    messages the DES would move (``--engine auto`` runs it up to ``AUTO_DES_MESSAGES``, and
+    beyond says so instead)."""
     sc = api.scenario(batch_per_rank=BATCH, **options)
     spec = api.run_spec(prof, strategy, nodes_for(ranks, options), sc)
-    return unsupported(spec, cost_inputs(spec, prof))
+    costs = cost_inputs(spec, prof)
+    reason = unsupported(spec, costs)
+    if reason is None:
+        return None
+    messages = des_messages(spec, costs)
+    auto = "auto runs it" if messages <= AUTO_DES_MESSAGES else "auto declines: BeyondReach"
+    return f"{reason}; the DES would move {messages:.2g} messages ({auto})"
 
 
 def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int) -> dict:
@@ -342,7 +352,8 @@ def main(argv=None) -> int:
                   f"{run['rss_B'] / 2**20:.0f} MiB  {shown}")
 
     print()
-    print(f"on the DES (fast engine declines, not timed): {len(declines)}")
+    print(f"fast engine declines (not timed; the DES, or --engine auto's refusal): "
+          f"{len(declines)}")
     for line in declines:
         print(f"  {line}")
     print(f"MISSED: {len(missed)}" + "".join(f"\n  {m}" for m in missed))
