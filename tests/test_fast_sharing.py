@@ -224,6 +224,30 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
                       predict(chosen, "dp", hosts, sc, engine="fast"))
 
 
+@pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
+@pytest.mark.parametrize("hosts, local, cores", [(3, 2, 1.0), (5, 1, 1.0), (4, 3, 1.5),
+                                                 (2, 2, 3.0)])
+@pytest.mark.parametrize("algorithm", [None, "binomial"])
+@pytest.mark.parametrize("uneven", [dict(stragglers={1: 1.5}),
+                                    dict(stragglers={0: 1.3}, slow_links_Bps={1: 3e6}),
+                                    dict(stragglers={2: 2.0}, sync_every=2)],
+                         ids=["straggler", "root, slow link", "local steps"])
+def test_parameter_server_on_crowded_hosts_out_of_step(profile, hosts, local, cores, algorithm,
+                                                       uneven):
+    """Uneven ranks on hosts short of cores: past the first tensor's mean only the root's
+    mean runs until the last scatter, as on a pool (``_quiet_after_first_tensor``); the
+    first tensor is replayed, the rest taken by the recurrences (binomial: the schedules,
+    the last tensor replayed), as the DES times them."""
+    from commsim.profile import load_default
+
+    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    kw = dict(uneven) if algorithm is None else dict(uneven, algorithm=algorithm)
+    sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local,
+                  cores_per_host=cores * local, **kw)
+    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
+                      predict(chosen, "ps", hosts, sc, engine="fast"))
+
+
 def assert_same_times(des, fast):
     """``assert_same`` without the summary's critical-rank fields, which an exact tie between
     ranks' ends (trees of alike ranks) may take from either tied rank."""

@@ -779,16 +779,24 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         run = Run(spec, costs, np.arange(p))
         run.sharing = True
         if binomial:
-            finish = _binomial_ps_in_pool(run, t) if _quiet_after_first_tensor(spec, costs) \
-                else _binomial_ps_replayed(run, Block(np.arange(p)[None], p))[1]
+            try:
+                if not _quiet_after_first_tensor(spec, costs):
+                    raise Replay
+                finish = _binomial_ps_in_parts(run, t)
+            except (Replay, NotExact):      # every tensor replayed at once
+                run = Run(spec, costs, np.arange(p))
+                run.sharing = True
+                finish = _binomial_ps_replayed(run, Block(np.arange(p)[None], p))[1]
             return _timing(p, finish, run.compute_s, run.comm_s, run.sent, run.received,
                            _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
-        if not _quiet_after_first_tensor(spec, costs):
+        # The last scatter's recurrences beside the root hold for two ranks a host.
+        if not _quiet_after_first_tensor(spec, costs) \
+                or c.shared_cpu_cores is None and c.ranks_per_host > 2:
             finish = _linear_ps_replayed(run)
             return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
         # Only the first tensor's gather can meet compute (a late rank's backward); from its
         # mean on nothing computes until the last scatter: the recurrences below, exact.
-        if c.ranks_per_host == 1:
+        if c.ranks_per_host == 1 and c.shared_cpu_cores is not None:
             entered, compute, gathered = _first_gather_in_pool(spec, costs)
             compute = compute + optimizer
         else:
@@ -954,13 +962,14 @@ def _root_messages(run: Run, messages, src, dst, nbytes: float, collective: str)
 
 
 def _quiet_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
-    """Whether linear ps on one pool of cores, past its first tensor's mean, runs nothing but
-    the root's means until the last scatter, at full speed with no cap on its messages: then
-    ``parameter_server`` replays the compute and the first tensor only.  (Every rank is inside
-    a collective from its first gather to its last scatter, the root's mean the one job; with
-    no compute thread the calibrated load is 0, where contention caps nothing.)"""
-    return (spec.cluster.shared_cpu_cores is not None and len(costs.param_bytes) > 1
-            and costs.contended_Bps(0.0) == math.inf and costs.compute_speed(0.0) == 1.0)
+    """Whether ps whose jobs share a CPU out of step, past its first tensor's mean, runs
+    nothing but the root's means until the last scatter, at full speed with no cap on its
+    messages: then ``parameter_server`` computes or replays the compute and the first tensor
+    only (and, binomial, the last).  (Every rank is inside a collective from its first gather
+    to its last scatter, the root's mean the one job on its CPU; with no compute thread the
+    calibrated load is 0, where contention caps nothing.)"""
+    return (len(costs.param_bytes) > 1 and costs.contended_Bps(0.0) == math.inf
+            and costs.compute_speed(0.0) == 1.0)
 
 
 def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
@@ -1305,14 +1314,16 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
     return np.array(finish), np.array(compute), np.array(comm)
 
 
-def _binomial_ps_in_pool(run: Run, backward_end):
-    """Binomial ps on one pool of cores whose first tensor's mean begins the quiet stretch
+def _binomial_ps_in_parts(run: Run, backward_end):
+    """Binomial ps with jobs sharing a CPU, whose first tensor's mean begins the quiet stretch
     (``_quiet_after_first_tensor``): the compute and the first tensor replayed where ranks
     compute out of step (else every rank ends backward together, at ``backward_end``); the
-    middle tensors by the schedules, the root's mean alone on the pool; the last tensor and
+    middle tensors by the schedules, the root's mean alone on its CPU; the last tensor and
     the optimizer steps, which the ranks take as they get their shares while messages still
     flow, replayed from when each rank begins it.  When each rank's step ends; the run's
-    compute and communication seconds, summed over the parts."""
+    compute and communication seconds, summed over the parts.  Raises ``Replay`` where the
+    middle's messages would queue on a NIC, ``NotExact`` where the last replay would take a
+    NIC direction ahead of an earlier request (the caller then replays every tensor)."""
     spec, costs = run.spec, run.costs
     p = spec.world_size
     blk = Block(np.arange(p)[None], p)
@@ -1325,14 +1336,9 @@ def _binomial_ps_in_pool(run: Run, backward_end):
         compute, comm = backward_end.copy(), np.zeros(p)
     left = t
     run.b = sharing_rate(spec, 1)           # the root's mean runs alone
-    run.replays = True
-    try:
-        for n in costs.param_bytes[first:last]:
-            t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
-    except Replay:                          # messages would queue on a NIC: all replayed
-        run.b = Run(spec, costs, run.ranks).b
-        run.compute_s = run.comm_s = None
-        return _binomial_ps_replayed(run, blk)[1]
+    run.replays = True                      # (messages that would queue on a NIC raise Replay)
+    for n in costs.param_bytes[first:last]:
+        t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
     _, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=t)
     run.compute_s = compute + run.compute_s
     run.comm_s = comm + (t - left) + run.comm_s
