@@ -67,8 +67,10 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
 * jobs sharing a CPU out of step where the replay would hold more than ``_REPLAY_MESSAGES``
-  messages (a world ring of uneven ranks: 2p(p-1) a collective, beyond about 200 ranks),
-  or whose algorithm is not a schedule of messages (hierarchical's trees inside hosts);
+  messages (a world ring of uneven ranks: 2p(p-1) a collective, beyond about 200 ranks,
+  every rank's every step at a time of its own), or whose algorithm is not a schedule of
+  messages (hierarchical's trees inside hosts); ``auto`` then runs the DES only within
+  ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rarely, where the replay starts after
   DDP's buffer broadcast on one period of a uniform cluster and the order its ranks leave the
