@@ -19,9 +19,9 @@ Steps:
    and the child's peak RSS (``os.wait4``); options the fast engine declines are named with its
    reason and the messages the DES would move (``--engine auto`` runs the DES up to
    ``AUTO_DES_MESSAGES`` and declines beyond), not run;
-3. for every option alone, one fresh ``python -m commsim predict ... --engine fast`` process
-   (commsim's modules compiled to bytecode first, as ``pip install`` leaves them): wall and CPU
-   time including start-up, and its peak RSS;
+3. for every option alone, three fresh ``python -m commsim predict ... --engine fast``
+   processes (commsim's modules compiled to bytecode first, as ``pip install`` leaves them):
+   the median one's wall and CPU time including start-up, and its peak RSS;
 4. ``commsim sweep --nodes pow2:65536 --batch-per-rank 32`` for every strategy and algorithm (one
    command per algorithm, as ``--algorithm`` applies to every strategy of a sweep) and
    ``commsim tune --nodes 65536 --batch-per-rank 32``, fresh processes;
@@ -58,6 +58,7 @@ MEMORY_TARGET = 1 * GiB
 SWEEP_TARGET_S = 10.0
 TUNE_TARGET_S = 30.0
 STRATEGIES = ("ddp", "ring", "ps", "dp")
+FRESH_RUNS = 3                          # fresh predict processes per option: the median shown
 
 # Every option of ``predict`` that changes what is simulated, as ``commsim.api.scenario`` (and,
 # with dashes, the CLI) names it, with the strategies it applies to.
@@ -242,6 +243,19 @@ def fresh(argv: list[str], timeout: int) -> dict:
     return out
 
 
+def median_of(runs: int, once) -> dict:
+    """The run of median wall time among ``runs`` runs of ``once()`` (a start-up moves with
+    what else the machine does; one run would judge the target on its noise), or the first
+    that failed."""
+    done = []
+    for _ in range(runs):
+        run = once()
+        if "failed" in run:
+            return run
+        done.append(run)
+    return sorted(done, key=lambda run: run["wall_s"])[len(done) // 2]
+
+
 def target_s(ranks: int) -> float:
     """The predict target at ``ranks``: that of the least target rank count at or above it
     (1,000 ranks are held to 1,024's), the largest one's beyond."""
@@ -277,8 +291,8 @@ def main(argv=None) -> int:
     print(f"profile: {prof.model_name}, {len(prof.params)} tensors, {prof.model_bytes / 1e6:.1f} MB "
           f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores")
     print("in-process: forked from this process (commsim imported, profile loaded); fresh: "
-          "python -m commsim predict ... --engine fast, start-up included (bytecode compiled, "
-          "as pip install leaves it)")
+          f"python -m commsim predict ... --engine fast, start-up included (bytecode compiled, "
+          f"as pip install leaves it), the median of {FRESH_RUNS}")
     if not (args.no_fresh and args.no_commands):
         compile_bytecode()
     print(f"{'option':40} {'strategy':8} {'ranks':>6} {'engine':6} {'wall s':>7} {'cpu s':>6} "
@@ -301,9 +315,10 @@ def main(argv=None) -> int:
                 continue
             run = None
             if single and not args.no_fresh:
-                run = fresh(["predict", "--strategy", strategy, "--nodes",
-                             str(nodes_for(ranks, options)), "--batch-per-rank", str(BATCH),
-                             "--engine", "fast", *cli_flags(options)], args.timeout)
+                run = median_of(FRESH_RUNS, lambda: fresh(
+                    ["predict", "--strategy", strategy, "--nodes", str(nodes_for(ranks, options)),
+                     "--batch-per-rank", str(BATCH), "--engine", "fast", *cli_flags(options)],
+                    args.timeout))
                 if "failed" in run:
                     missed.append(f"{label} ({strategy}, {ranks}) fresh: {run['failed']}")
                     run = None
