@@ -1320,9 +1320,9 @@ def _binomial_ps_in_parts(run: Run, backward_end):
     """Binomial ps with jobs sharing a CPU, whose first tensor's mean begins the quiet stretch
     (``_quiet_after_first_tensor``): the compute and the first tensor replayed where ranks
     compute out of step (else every rank ends backward together, at ``backward_end``); the
-    middle tensors by the schedules, the root's mean alone on its CPU; the last tensor and
-    the optimizer steps, which the ranks take as they get their shares while messages still
-    flow, replayed from when each rank begins it.  When each rank's step ends; the run's
+    middle tensors and the last gather by the schedules, the root's mean alone on its CPU; the
+    last scatter and the optimizer steps, which the ranks take as they get their shares while
+    messages still flow, replayed from when each rank posts its share's receive.  When each rank's step ends; the run's
     compute and communication seconds, summed over the parts.  Raises ``Replay`` where the
     middle's messages would queue on a NIC, ``NotExact`` where the last replay would take a
     NIC direction ahead of an earlier request (the caller then replays every tensor)."""
@@ -1341,20 +1341,28 @@ def _binomial_ps_in_parts(run: Run, backward_end):
     run.replays = True                      # (messages that would queue on a NIC raise Replay)
     for n in costs.param_bytes[first:last]:
         t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
-    _, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=t)
+    # The last gather too (every rank posts its scatter receive before the root's mean ends,
+    # so all are inside the collective while steps run); its scatter replayed.
+    gather, _ = binomial_gather_scatter_schedules(run, blk)
+    gathered = gather.run(t[None] + costs.overhead("gather"), costs.param_bytes[last])[0]
+    leave, finish = _binomial_ps_replayed(run, blk, slice(last, None),
+                                          begin=gathered + costs.overhead("scatter"),
+                                          scattered=True)
     run.compute_s = compute + run.compute_s
-    run.comm_s = comm + (t - left) + run.comm_s
+    run.comm_s = comm + (leave - left)
     return finish
 
 
-def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), begin=None):
+def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), begin=None,
+                         scattered: bool = False):
     """Binomial ps where messages queue on a NIC (or, with ``run.sharing``, jobs share a CPU):
     every rank's process from the start of the iteration (its compute; per tensor: begin, the
     gather's overhead and schedule with the root's mean, the scatter's, end; the optimizer
     step), replayed through the NIC queues and the hosts' CPUs.  When each rank is
     synchronised, and when its step ends.  ``tensors``: those replayed, from the first
-    (after the compute) or, with ``begin``, from when each rank begins the first of them;
-    the optimizer step follows the last tensor only."""
+    (after the compute) or, with ``begin``, from when each rank begins the first of them (with
+    ``scattered``, its scatter: the gather is done, the scatter's overhead waited); the
+    optimizer step follows the last tensor only."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
     messages = [[] for _ in range(7)]
@@ -1365,7 +1373,11 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     else:
         programs = [[] for _ in range(run.ranks.size)]
     last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
-    for n in costs.param_bytes[tensors]:
+    for i, n in enumerate(costs.param_bytes[tensors]):
+        if i == 0 and scattered:
+            for k, down in enumerate(scatter.replayed(n, messages)):
+                programs[k] += [(fast_queues.ENTER,), *down, (fast_queues.EXIT,)]
+            continue
         parts = (gather.replayed(n, messages), scatter.replayed(n, messages))
         for k, (up, down) in enumerate(zip(*parts)):
             programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),

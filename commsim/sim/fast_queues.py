@@ -27,7 +27,7 @@ processor sharing (``SharedCpus``) instead of fixed rates.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import defaultdict, deque
 
 import numpy as np
 
@@ -281,8 +281,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
-    hosts = sorted(set(host))                  # the hosts of these ranks: their NICs
-    directions = ({h: _Direction() for h in hosts}, {h: _Direction() for h in hosts})
+    hosts = np.unique(host)                    # the hosts of these ranks: their NICs
+    directions = (defaultdict(_Direction), defaultdict(_Direction))   # as they are first used
     posted = [0] * len(src)
     waiting_on = [None] * len(src) * 2         # (message, side) -> rank waiting on it
     pending = [0] * n                          # deliveries a process still waits for
@@ -308,29 +308,28 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             heapq.heappush(instants, t)
         bucket.append((kind, what))
 
-    busy_before = [(dict(zip(hosts, free[hosts].tolist())),
-                    dict(zip(hosts, requested[hosts].tolist())))
-                   for free, requested in zip(nics.free, nics.requested)]
-    for d in (0, 1):                          # what earlier collectives left on the directions
-        for h in hosts:
-            if busy_before[d][0][h] > -np.inf:
-                directions[d][h].holder = -1
-                push(busy_before[d][0][h], _TX_RELEASED if d == 0 else _RX_RELEASED, h)
-    requested = [dict.fromkeys(hosts, -np.inf), dict.fromkeys(hosts, -np.inf)]
-    newest_free = [dict.fromkeys(hosts, -np.inf), dict.fromkeys(hosts, -np.inf)]
+    # What earlier collectives left on the directions (read only until the end).
+    busy_before = list(zip(nics.free, nics.requested))
+    for d in (0, 1):
+        free = busy_before[d][0]
+        for h in hosts[free[hosts] > -np.inf].tolist():
+            directions[d][h].holder = -1
+            push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
+    requested = [{}, {}]                       # per direction, host -> its latest request
+    newest_free = [{}, {}]                     # and when it was last freed
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
         raise NotExact(reason)
 
     def request(d, h, m, t):
-        earlier = busy_before[d][1][h]
+        earlier = float(busy_before[d][1][h])
         if earlier > -np.inf and t < earlier - _TOUCH_RTOL * max(1.0, abs(t)):
             refuse("a message would take a NIC direction ahead of an earlier collective's, "
                    "which the DES serves in request order")
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
-        if t > requested[d][h]:
+        if t > requested[d].get(h, -np.inf):
             requested[d][h] = t
         if free:
             direction.holder = m
@@ -475,7 +474,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 for d, h, released in ((1, rx_host[what], _RX_RELEASED),
                                        (0, tx_host[what], _TX_RELEASED)):
                     directions[d][h].holder = None
-                    if t > newest_free[d][h]:
+                    if t > newest_free[d].get(h, -np.inf):
                         newest_free[d][h] = t
                     bucket.append((released, h))
                 push(t + lat[what], _DELIVERED, what)
@@ -508,5 +507,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         del at[t]
     for d in (0, 1):
         for mine, theirs in ((newest_free[d], nics.free[d]), (requested[d], nics.requested[d])):
-            theirs[hosts] = np.maximum(theirs[hosts], [mine[h] for h in hosts])
+            if mine:
+                touched = np.fromiter(mine, dtype=np.int64, count=len(mine))
+                theirs[touched] = np.maximum(theirs[touched], list(mine.values()))
     return finish, marks
