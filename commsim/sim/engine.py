@@ -169,7 +169,9 @@ class Network:
             # to the network's (conservative: a host is no faster inside than on the wire).
             bw = self.intra_bw or c.nic_bandwidth_Bps
             lat = c.nic_latency_s if self.intra_lat is None else self.intra_lat
-            yield self.env.timeout(lat + nbytes / bw)
+            # (bytes times seconds per byte, as the fast engine's replay has it: two messages
+            # due at one instant stay at one instant in both, in the order they were sent)
+            yield self.env.timeout(lat + nbytes * (1.0 / bw))
         else:
             with self.tx[hs].request() as tx_req:
                 yield tx_req

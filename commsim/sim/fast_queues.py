@@ -351,7 +351,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         if posted[m] < 2:
             return
         if tx_host[m] < 0:
-            push(t + lat[m] + busy[m], _DELIVERED, m)
+            push(t + (lat[m] + busy[m]), _DELIVERED, m)     # as the DES adds them
         else:
             request(0, tx_host[m], m, t)
 
