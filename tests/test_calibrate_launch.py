@@ -26,6 +26,10 @@ def test_launch_returns_each_ranks_dict_in_rank_order(tmp_path):
     ({0: 1, 1: -11}, r"^rank 1 was killed by SIGSEGV"),     # a crash before an error exit
     ({0: 1, 1: 1}, r"^rank 0 exited with code 1: rank 0 wrote this$"),
     ({0: -6, 1: -15, 2: -9}, r"^rank 1 was killed by SIGTERM"),  # the first one sent
+    # A rank that exits on an error of its own, and the peer Gloo aborts for it.
+    ({0: -6, 1: 3}, r"^rank 1 exited with code 3"),
+    # Seen failed first (before the settle): the cause, whatever the later ones did.
+    ({0: -11, 1: 1, "first": {1}}, r"^rank 1 exited with code 1"),
 ])
 def test_the_failure_named_is_a_rank_killed_from_outside_before_ranks_that_crashed(
         tmp_path, codes, cause):
@@ -33,13 +37,15 @@ def test_the_failure_named_is_a_rank_killed_from_outside_before_ranks_that_crash
         def __init__(self, rc):
             self.returncode = rc
 
+    codes = dict(codes)
+    first = codes.pop("first", frozenset())
     children = []
     for rank, rc in codes.items():
         log = tmp_path / f"rank{rank}.log"
         log.write_text(f"rank {rank} wrote this\n")
         children.append(L._Child(rank, Proc(rc), log, None))
     with pytest.raises(RunFailed, match=cause):
-        raise L._failure(children)
+        raise L._failure(children, first)
 
 
 def test_a_rank_killed_mid_run_ends_every_rank_quickly_naming_it(tmp_path):

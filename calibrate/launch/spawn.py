@@ -145,10 +145,11 @@ def _watch(children: list[_Child], timeout_s: float, progress: IO[str]) -> None:
         _relay(children[0], progress)
         failed = [c for c in children if c.proc.poll() not in (None, 0)]
         if failed:
+            first = {c.rank for c in failed}
             time.sleep(SETTLE_S)
             failed = [c for c in children if c.proc.poll() not in (None, 0)]
             _relay(children[0], progress)
-            raise _failure(failed)
+            raise _failure(failed, first)
         if all(c.proc.poll() == 0 for c in children):
             _relay(children[0], progress)
             return
@@ -160,17 +161,21 @@ def _watch(children: list[_Child], timeout_s: float, progress: IO[str]) -> None:
 
 
 # Signals a process gets from outside (a user, the OOM killer, a scheduler).  A rank that dies by
-# another one (SIGABRT, SIGSEGV) mostly crashed on its own, often as a consequence: Gloo aborts a
-# rank (std::terminate) when a peer it was talking to vanished.
+# another one (SIGSEGV, SIGBUS) crashed on its own; SIGABRT is mostly a consequence: Gloo aborts
+# a rank (std::terminate) when a peer it was talking to vanished.
 _SENT_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
-def _failure(failed: list[_Child]) -> Exception:
-    # A rank killed from outside is the cause, then one that crashed by a signal; its peers'
-    # errors are consequences.
-    def precedence(c: _Child) -> int:
+def _failure(failed: list[_Child], first=frozenset()) -> Exception:
+    """The run's failure, naming its cause among the ``failed`` ranks (``first``: the ranks
+    seen failed before the others had time to follow)."""
+    # A rank killed from outside is the cause; then one that failed before the others; then
+    # one that crashed by a signal, one that exited with an error, one Gloo aborted.
+    def precedence(c: _Child) -> tuple:
         rc = c.proc.returncode
-        return 0 if rc < 0 and -rc in _SENT_SIGNALS else 1 if rc < 0 else 2
+        kind = (0 if rc < 0 and -rc in _SENT_SIGNALS else 3 if rc == -signal.SIGABRT
+                else 1 if rc < 0 else 2)
+        return (kind > 0, c.rank not in first, kind)
 
     cause = min(failed, key=precedence)
     rc = cause.proc.returncode
