@@ -713,21 +713,28 @@ def _fifo(arrive, serve):
     return total + np.maximum.accumulate(arrive - (total - serve))
 
 
+def _root_s_per_B(spec: RunSpec, costs: CostInputs, collective: str) -> np.ndarray:
+    """Seconds a byte of ``collective`` holds the link between the root's host and each other
+    rank's (ranks 1..p-1; the slower end's rate), as the DES times a message between hosts."""
+    c = spec.cluster
+    bw = host_bandwidths(c)
+    return costs.wire(collective) / np.minimum(bw[np.arange(1, spec.world_size)
+                                                  // c.ranks_per_host], bw[0])
+
+
 def _gather_to_root(spec: RunSpec, costs: CostInputs, post, nbytes: float):
     """``post[0]`` the root's and ``post[1:]`` the others' posting times of a gather of
     ``nbytes`` each to rank 0: when each sender's message is delivered (and the root has them
     all at the max).  Messages crossing the root's NIC queue on its receive direction in match
     order, ties by rank (the root posts its receives in rank order)."""
     c = spec.cluster
-    host = np.arange(1, spec.world_size) // c.ranks_per_host
-    inter = host != 0
-    bw = host_bandwidths(c)
+    inter = np.arange(1, spec.world_size) // c.ranks_per_host != 0
     intra_lat, intra_bw = intra_link(c)
     match = np.maximum(post[1:], post[0])
     delivered = match + intra_lat + nbytes / intra_bw
     if inter.any():
         arrive = match[inter]
-        serve = nbytes * (costs.wire("gather") / np.minimum(bw[host[inter]], bw[0]))
+        serve = nbytes * _root_s_per_B(spec, costs, "gather")[inter]
         order = np.argsort(arrive, kind="stable")
         ends = np.empty_like(arrive)
         ends[order] = _fifo(arrive[order], serve[order])
@@ -742,12 +749,10 @@ def _scatter_from_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: float
     delivered (ranks 1..p-1).  ``capped``: (begin, end, seconds per byte) of a window in which
     a message that starts is held to that rate (calibrated contention at the root's CPU)."""
     c = spec.cluster
-    host = np.arange(1, spec.world_size) // c.ranks_per_host
-    inter = host != 0
-    bw = host_bandwidths(c)
+    inter = np.arange(1, spec.world_size) // c.ranks_per_host != 0
     intra_lat, intra_bw = intra_link(c)
-    delivered = np.full(host.size, t + intra_lat + nbytes / intra_bw)
-    per_byte = costs.wire(collective) / np.minimum(bw[host[inter]], bw[0])
+    delivered = np.full(inter.size, t + intra_lat + nbytes / intra_bw)
+    per_byte = _root_s_per_B(spec, costs, collective)[inter]
     if capped is None:
         delivered[inter] = t + np.cumsum(nbytes * per_byte) + c.nic_latency_s
         return delivered
@@ -876,9 +881,8 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
     p = spec.world_size
     cores, threads = c.shared_cpu_cores, costs.threads_per_rank
     host = np.arange(1, p) // c.ranks_per_host
-    bw = host_bandwidths(c)
     intra_lat, intra_bw = intra_link(c)
-    per_byte = (costs.wire("scatter") / np.minimum(bw[host], bw[0])).tolist()
+    per_byte = _root_s_per_B(spec, costs, "scatter").tolist()
     deliveries = [(t + intra_lat + nbytes / intra_bw, k) for k in range(1, p) if host[k - 1] == 0]
     heapq.heapify(deliveries)
     senders = [k for k in range(1, p) if host[k - 1] != 0]
@@ -1038,8 +1042,7 @@ def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
     late = (post[1:] >= root).astype(int)           # posted with or after the root
     order = np.lexsort((others, late, match)).tolist()
     nbytes = float(costs.param_bytes[0])
-    bw = host_bandwidths(c)
-    busy_s = (nbytes * costs.wire("gather") / np.minimum(bw[others], bw[0])).tolist()
+    busy_s = (nbytes * _root_s_per_B(spec, costs, "gather")).tolist()
     match = match.tolist()
     end = -np.inf
     for i in order:
@@ -1188,11 +1191,10 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
     f = _factors(spec).tolist()
     model = float(costs.model_bytes)
     lat = c.nic_latency_s
-    bw = host_bandwidths(c)
     o = {k: costs.overhead(k) for k in ("scatter", "broadcast", "gather")}
 
-    def busy_s(nbytes, collective):
-        return [0.0, *(nbytes * costs.wire(collective) / np.minimum(bw[1:], bw[0])).tolist()]
+    def busy_s(nbytes, collective):          # per device (0: none), its message's seconds
+        return [0.0, *(nbytes * _root_s_per_B(spec, costs, collective)).tolist()]
 
     cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
                                   c.cpu_efficiency, costs)
