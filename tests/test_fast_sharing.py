@@ -127,6 +127,14 @@ def contended(profile):
         contention_bandwidth_Bps=(130e6, 40e6, 30e6), contention_compute_speed=(1.0, 0.7, 0.6)))
 
 
+def profile_named(name):
+    """The toy profile, it with contention that binds, or the bundled (calibrated) one."""
+    from commsim.profile import load_default
+
+    return {"plain": lambda: PROFILE, "contended": lambda: contended(PROFILE),
+            "bundled": load_default}[name]()
+
+
 @pytest.mark.parametrize("profile", [PROFILE, DISTINCT], ids=["plain", "distinct"])
 @pytest.mark.parametrize("hosts", [1, 2, 3, 6])
 @pytest.mark.parametrize("cpu", [dict(cores_per_host=1), dict(cores_per_host=1.5, sync_every=2),
@@ -175,9 +183,7 @@ def test_parameter_server_in_one_pool_out_of_step(profile, hosts, local, uneven)
     """Uneven ranks on one pool: only the first tensor's gather meets a late rank's backward;
     the fast engine replays the compute and that tensor, and from its mean on (the root's
     mean the one job until the last scatter) takes the recurrences, as the DES times them."""
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, shared_cpu_cores=2,
                   **uneven)
     assert len(chosen.params) > 2
@@ -193,9 +199,7 @@ def test_binomial_parameter_server_in_one_pool(profile, hosts, local, uneven):
     """Binomial ps on one pool: the compute (and with stragglers the first tensor) replayed,
     the middle tensors by the schedules with the root's mean alone on the pool, the last
     tensor and the steps replayed from when each rank begins it; the DES's times."""
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, shared_cpu_cores=2,
                   algorithm="binomial", **uneven)
     assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
@@ -214,9 +218,7 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
     """Every device on one pool: device 0's phases are serial, and the devices' forward and
     backward share the pool with each other and with device 0's sends and sum, event by
     event (``fast._data_parallel_in_pool``), as the DES times them."""
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     uneven = dict(uneven, stragglers={k: v for k, v in uneven.get("stragglers", {}).items()
                                       if k < hosts})
     sc = Scenario(global_batch=64 * hosts, shared_cpu_cores=2, **uneven)
@@ -238,9 +240,7 @@ def test_parameter_server_on_crowded_hosts_out_of_step(profile, hosts, local, co
     mean runs until the last scatter, as on a pool (``_quiet_after_first_tensor``); the
     first tensor is replayed, the rest taken by the recurrences (binomial: the schedules,
     the last tensor replayed), as the DES times them."""
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     kw = dict(uneven) if algorithm is None else dict(uneven, algorithm=algorithm)
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local,
                   cores_per_host=cores * local, **kw)
@@ -298,9 +298,7 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
     cpu_kw = {"one core": dict(cores_per_host=1.0 * local), "pool": dict(shared_cpu_cores=2),
               "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
               "1.5 cores": dict(cores_per_host=1.5 * local)}[cpu]
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     sc = Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local, **cpu_kw, **kw)
     assert_same_times(predict(chosen, strategy, hosts, sc, engine="des"),
                       predict(chosen, strategy, hosts, sc, engine="fast"))
@@ -332,9 +330,7 @@ def test_ring_steps_inside_every_backward_are_jumped(profile, hosts):
     """A straggler on one core: while every rank's backward outlasts the next steps' posts,
     the ring's steps all reduce beside backward over computing ends and are jumped as plain
     max-plus (``_ring_phase``); the DES's times all the same."""
-    from commsim.profile import load_default
-
-    chosen = {"plain": PROFILE, "contended": contended(PROFILE), "bundled": load_default()}[profile]
+    chosen = profile_named(profile)
     sc = Scenario(global_batch=None, batch_per_rank=64, bucket_bytes=500_000, cores_per_host=1,
                   stragglers={1: 1.5})
     assert_same_times(predict(chosen, "ddp", hosts, sc, engine="des"),
