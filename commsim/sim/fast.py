@@ -1326,9 +1326,9 @@ def _binomial_ps_in_parts(run: Run, backward_end):
     last scatter and the optimizer steps, which the ranks take as they get their shares while
     messages still flow, replayed from when each rank posts its share's receive.  When each
     rank's step ends; the run's compute and communication seconds, summed over the parts.
-    Raises ``Replay`` where the
-    middle's messages would queue on a NIC, ``NotExact`` where the last replay would take a
-    NIC direction ahead of an earlier request (the caller then replays every tensor)."""
+    Raises ``Replay`` where the middle's messages would queue on a NIC, ``NotExact`` where the
+    last replay would take a NIC direction ahead of an earlier request (the caller then
+    replays every tensor)."""
     spec, costs = run.spec, run.costs
     p = spec.world_size
     blk = Block(np.arange(p)[None], p)
