@@ -50,8 +50,8 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 engine = "fast"
             except NotExact as exc:
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
-        messages = des_messages(spec, costs)
-        if timing is None and messages > AUTO_DES_MESSAGES:
+        messages = des_messages(spec, costs) if timing is None else 0
+        if messages > AUTO_DES_MESSAGES:
             why = (f"the fast engine has no exact path ({reason}), and the DES would move more "
                    f"than the {AUTO_DES_MESSAGES:.0e} messages --engine auto starts; use fewer "
                    "ranks, or --engine des to wait for it")
