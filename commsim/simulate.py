@@ -26,9 +26,9 @@ from commsim.strategies import Timing, get_strategy
 
 ENGINES = ("des", "analytic", "fast", "auto")
 
-# The most messages ``--engine auto`` lets the DES move (it moves some 20,000 to 40,000 a
-# second on a 2-core machine, ``bench/scale.py``): beyond, it would run for minutes to days
-# where the fast engine has no exact path, and auto says so instead.
+# The most messages ``--engine auto`` lets the DES move: it moves some 20,000 to 40,000 a
+# second on a 2-core machine, so this is 15-25 s; beyond, where the fast engine has no exact
+# path, it would run for minutes to months, and auto says so instead.
 AUTO_DES_MESSAGES = 500_000
 
 
