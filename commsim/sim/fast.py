@@ -872,66 +872,54 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
     Steps: an event loop over the messages' starts (one after another on the root's transmit
     direction, in rank order; those to the root's host-mates need no NIC and arrive at once),
     the deliveries (the rank leaves the scatter and steps; after the last, the root) and the
-    steps' ends.  Every running step progresses at the same rate (``ProcessorSharingCPU``), so
-    a step ends when the work done per step since it began reaches its work: a heap keyed by
-    that, O(p log p)."""
+    steps' ends, the pool the DES's processor sharing (``fast_queues.SharedCpus``, whose load
+    also caps a message when it starts): O(p log p)."""
     import heapq
 
     c = spec.cluster
     p = spec.world_size
-    cores, threads = c.shared_cpu_cores, costs.threads_per_rank
     host = np.arange(1, p) // c.ranks_per_host
     intra_lat, intra_bw = intra_link(c)
     per_byte = _root_s_per_B(spec, costs, "scatter").tolist()
     deliveries = [(t + intra_lat + nbytes / intra_bw, k) for k in range(1, p) if host[k - 1] == 0]
     heapq.heapify(deliveries)
     senders = [k for k in range(1, p) if host[k - 1] != 0]
+    cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
+                                  c.cpu_efficiency, costs)
+    for k in range(p):                 # every rank is inside the scatter
+        cpus.communicating(k, t, 1)
     left = np.zeros(p)
     finish = np.empty(p)
-    steps: list = []           # (work done per step when it ends, rank)
-    talking = p                # ranks still in the scatter, the root included
-    waiting = p - 1            # ranks still to receive their share
-    done = 0.0                 # work done per running step since the loop began
-    now, start, i = t, t, 0
+    waiting = p - 1                    # ranks still to receive their share
+    start, i, due = t, 0, np.inf
 
-    def rate_and_load():
-        busy = len(steps) * threads
-        load = cpu_load(cores, busy, talking)
-        speed = costs.compute_speed(load) if talking and costs.contention else 1.0
-        return job_rate(cores, busy, c.cpu_efficiency, speed), load
+    def leave_and_step(k, now):
+        left[k] = now
+        cpus.communicating(k, now, -1)
+        cpus.arrive(k, now, work[k], True)
 
     while True:
-        rate, load = rate_and_load()
-        due = now + (steps[0][0] - done) / rate if steps else np.inf
         arrival = deliveries[0][0] if deliveries else np.inf
         begin = start if i < len(senders) else np.inf
-        upcoming = min(due, arrival, begin)
-        if upcoming == np.inf:
+        now = min(due, arrival, begin)
+        if now == np.inf:
             break
-        if steps:
-            done += (upcoming - now) * rate
-        now = upcoming
-        if upcoming == begin:            # the next message takes the root's transmit side
+        if now == begin:                 # the next message takes the root's transmit side
             k = senders[i]
-            seconds_per_byte = per_byte[k - 1]
-            if costs.contention:
-                seconds_per_byte = max(seconds_per_byte, 1.0 / costs.contended_Bps(load))
-            start = now + nbytes * seconds_per_byte
+            start = now + cpus.message_s(0, k, nbytes, nbytes * per_byte[k - 1])
             heapq.heappush(deliveries, (start + c.nic_latency_s, k))
             i += 1
-        elif upcoming == arrival:         # a rank has its share: it leaves and steps
+            continue
+        if now == arrival:               # a rank has its share: it leaves and steps
             _, k = heapq.heappop(deliveries)
-            left[k] = now
-            talking -= 1
-            heapq.heappush(steps, (done + work[k], k))
+            leave_and_step(k, now)
             waiting -= 1
             if waiting == 0:             # the root's sends are all delivered: it steps too
-                left[0] = now
-                talking -= 1
-                heapq.heappush(steps, (done + work[0], 0))
+                leave_and_step(0, now)
         else:
-            _, k = heapq.heappop(steps)
-            finish[k] = now
+            for k in cpus.finish_due(0, now):
+                finish[k] = now
+        due = cpus.next_end(0, now) or np.inf    # set again where the pool's jobs changed
     return left, finish
 
 
