@@ -102,6 +102,7 @@ import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
 from commsim.sim import fast_lockstep, fast_queues
+from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
                                           cpu_of, efficiency_at,
@@ -1008,8 +1009,7 @@ def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
         now += dt
         for k in active:
             left[k] -= dt * rate
-        ended = [k for k in active if left[k] <= _DONE_S * max(1.0, left[k])] \
-            or [min(active, key=left.__getitem__)]
+        ended = finished({k: (left[k],) for k in active})   # the DES's residue rule
         for k in ended:
             compute[k] += now - started[k]
             step[k] += 1
