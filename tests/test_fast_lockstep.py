@@ -32,6 +32,7 @@ OPTIONS = {
     "no overlap": dict(overlap=False), "no buffers": dict(broadcast_buffers=False),
     "recursive doubling": dict(algorithm="recursive_doubling"),
     "rabenseifner": dict(algorithm="rabenseifner"), "groups of 2": dict(group_size=2),
+    "tree": dict(algorithm="tree"),
 }
 
 
@@ -75,12 +76,15 @@ def test_odd_worlds_and_more_ranks():
 def test_what_lockstep_does_not_cover():
     """Three ranks per host of several hosts (the middle one gets both its messages inside
     the host), doubling with two (both ranks of a host send to another at once), a straggler
-    or a slow link, a tree, doubling over a group that is not a power of two, the parameter
+    or a slow link, a tree with two ranks per host (a host's CPU would carry two classes) or
+    over a group that is not a power of two, doubling over such a group, the parameter
     server."""
     cases = [dict(strategy="ddp", ranks_per_host=3),
              dict(strategy="ddp", ranks_per_host=2, algorithm="recursive_doubling"),
              dict(strategy="ddp", stragglers={1: 1.5}),
-             dict(strategy="ddp", slow_links_Bps={1: 1e6}), dict(strategy="ddp", algorithm="tree"),
+             dict(strategy="ddp", slow_links_Bps={1: 1e6}),
+             dict(strategy="ddp", algorithm="tree", ranks_per_host=2),
+             dict(strategy="ddp", algorithm="tree", nodes=3),
              dict(strategy="ring", algorithm="recursive_doubling", nodes=3),
              dict(strategy="ps")]
     for case in cases:
@@ -114,12 +118,45 @@ def test_one_rank_on_one_core_by_hand():
                        threads_per_rank=1, param_bytes=(2_000_000,), grad_ready_fraction=(0.5,),
                        buckets=(Bucket(index=0, param_indices=(0,), bytes=2_000_000,
                                        ready_fraction=0.5),))
-    finish, compute, comm, moved = fast_lockstep.iteration(spec, costs, buckets=True,
-                                                           broadcast_end=lambda begin: None)
-    assert finish == pytest.approx(5.4)
-    assert compute == pytest.approx(1.0 + 1.5 + 1.6 + 0.5)
-    assert comm == pytest.approx(4.9 - 2.5)
-    assert moved == pytest.approx(2_000_000)
+    classes, finish, compute, comm, sent, received = fast_lockstep.iteration(
+        spec, costs, buckets=True, broadcast_end=lambda begin: None)
+    assert classes == [0, 0]
+    assert finish == pytest.approx([5.4])
+    assert compute == pytest.approx([1.0 + 1.5 + 1.6 + 0.5])
+    assert comm == pytest.approx([4.9 - 2.5])
+    assert sent == received == pytest.approx([2_000_000])
+
+
+def test_tree_classes():
+    """A place's class is its trailing zero bits; the root's, log2 of the tree's size."""
+    assert fast_lockstep.tree_classes(8) == [3, 0, 1, 0, 2, 0, 1, 0]
+    assert fast_lockstep.tree_classes(2) == [1, 0]
+
+
+def test_a_tree_on_a_pool_by_hand():
+    """Four ranks on a pool of two cores, one thread each, one tensor of 2 MB after backward
+    (ring's way), a tree, 1 MB/s links without latency, γ = 1e-7 s/B: forward and backward
+    (1 s and 3 s of work) at half speed, 0-8; the reduce's round 0 (1 -> 0, 3 -> 2) 8-10, its
+    two reductions on two cores 10-10.2, round 1 (2 -> 0) 10.2-12.2, the root's reduction
+    12.2-12.4; the broadcast 0 -> 2 12.4-14.4, then 0 -> 1 and 2 -> 3 14.4-16.4; the four
+    divides (0.2 s of work) at half speed 16.4-16.8; the optimizer (0.5 s) 16.8-17.8."""
+    spec = run_spec(PROFILE, "ring", 4, Scenario(global_batch=4, shared_cpu_cores=2,
+                                                 algorithm="tree"))
+    spec = replace(spec, cluster=replace(spec.cluster, nic_latency_s=0.0, nic_bandwidth_Bps=1e6))
+    costs = CostInputs(alpha_s=0.0, beta_s_per_B=1e-6, gamma_s_per_B=1e-7, mean_s_per_B=1e-7,
+                       overhead_s={}, forward_s=1.0, backward_s=3.0, optimizer_s=0.5,
+                       threads_per_rank=1, param_bytes=(2_000_000,), grad_ready_fraction=(0.5,),
+                       buckets=())
+    classes, finish, compute, comm, sent, received = fast_lockstep.iteration(
+        spec, costs, buckets=False, broadcast_end=lambda begin: None)
+    assert classes == [2, 0, 1, 0]
+    assert finish == pytest.approx([17.8] * 3)
+    assert compute == pytest.approx([2.0 + 6.0 + 1.0] * 3)
+    assert comm == pytest.approx([16.8 - 8.0] * 3)
+    # Per rank of each class: a leaf sends up and receives the sum; rank 2 also receives from
+    # 3 and sends to it; the root receives from 1 and 2 and sends to both.
+    assert sent == pytest.approx([2e6, 4e6, 4e6])
+    assert received == pytest.approx([2e6, 4e6, 4e6])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

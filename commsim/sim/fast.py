@@ -40,6 +40,8 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
    of two) that treats every rank alike, or of two ranks per host in a ring, every rank acts
    at the same instants: one rank's events, its CPU carrying its twins' jobs, give them all.
+   A tree's ranks act by class (their place's trailing zero bits), one rank of each class
+   simulated, on one rank per host or one host.
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
@@ -406,7 +408,11 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
     p = spec.world_size
     shares_cpu = _cpu_reason(spec, costs) is not None
     if shares_cpu and fast_lockstep.covers(spec):
-        return _lockstep(spec, costs, buckets)
+        try:
+            return _lockstep(spec, costs, buckets)
+        except NotExact:
+            if not _replays_cpu(spec, costs):    # a tree's classes parted: replay every rank
+                raise
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"     # every host's ring rank is the host: the same messages
@@ -462,7 +468,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
 
 def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
     """``ring_like`` where jobs share the CPU beyond ``_sync``'s recurrences, on a world whose
-    ranks all act at the same instants (``fast_lockstep``): one rank's events stand for all."""
+    ranks all act at the same instants, or (trees) whose classes of ranks do
+    (``fast_lockstep``): one rank's events stand for its class."""
     p = spec.world_size
     broadcast = []
 
@@ -471,23 +478,28 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
         broadcast.append(run)
         return end
 
-    finish, compute, comm, moved = fast_lockstep.iteration(spec, costs, buckets=buckets,
-                                                           broadcast_end=broadcast_end)
-    sent = np.full(p, moved)
-    # Each host's last rank sends over its NIC (and its first receives over it), unless the
-    # rings stay inside hosts.
+    ranks_class, finish, compute, comm, sent, received = fast_lockstep.iteration(
+        spec, costs, buckets=buckets, broadcast_end=broadcast_end)
+    of = np.asarray(ranks_class)
+    finish, compute, comm, sent, received = (np.asarray(x, dtype=float)[of] for x in
+                                             (finish, compute, comm, sent, received))
     c = spec.cluster
-    last = np.arange(p) % c.ranks_per_host == c.ranks_per_host - 1
-    crosses = c.hosts > 1 and (spec.group_size or p) > c.ranks_per_host
-    crossing = np.where(last, sent, 0.0) if crosses else np.zeros(p)
-    tx, rx = _hosts_of(spec, crossing), _hosts_of(spec, crossing)
-    received = sent
+    if of.max() > 0:
+        # A tree's every message crosses hosts (one rank each), or none (one host).
+        crossing_tx = sent if c.hosts > 1 else np.zeros(p)
+        crossing_rx = received if c.hosts > 1 else np.zeros(p)
+    else:
+        # Each host's last rank sends over its NIC (and its first receives over it), unless
+        # the rings stay inside hosts.
+        last = np.arange(p) % c.ranks_per_host == c.ranks_per_host - 1
+        crosses = c.hosts > 1 and (spec.group_size or p) > c.ranks_per_host
+        crossing_tx = crossing_rx = np.where(last, sent, 0.0) if crosses else np.zeros(p)
+    tx, rx = _hosts_of(spec, crossing_tx), _hosts_of(spec, crossing_rx)
     if broadcast and broadcast[0] is not None:
         run = broadcast[0]
-        sent, received = sent + run.sent, sent + run.received
+        sent, received = sent + run.sent, received + run.received
         tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)
-    return _timing(p, np.full(1, finish), np.full(1, compute), np.full(1, comm), sent, received,
-                   tx, rx)
+    return _timing(p, finish, compute, comm, sent, received, tx, rx)
 
 
 def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,

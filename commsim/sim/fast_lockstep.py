@@ -15,6 +15,16 @@ posts, computes, reduces and enters or leaves its collectives at the same instan
 other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
 each of its messages has a twin arriving from its partner at the same instant.
 
+A binomial tree (``tree``) treats its ranks by class: a place's trailing zero bits say in which
+round it sends up and in which mask the broadcast reaches it (``tree_classes``).  On a uniform
+cluster of one rank per host, or of one host, the ranks of a class act at the same instants:
+one rank of each class is simulated, the CPU of all (one pool, one host) carrying each class's
+jobs as many times as it has ranks, or each class's rank on a CPU of its own.  A message joins
+a rank of one class with ranks of several (a sender's parent may be of any higher class, as a
+receiver's in the broadcast): each pair is delivered when both have posted, and where the
+pairs of one class's rank would arrive apart, its ranks would part, and the engine raises
+``NotExact`` (every rank is then replayed).  log2(g)+1 ranks and O(log² g) events a collective.
+
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
 first alone, all-reducing every tensor after backward):
 1. compute: the k-1 local steps, DDP's buffer broadcast (``fast._buffer_broadcast``: a tree
@@ -35,11 +45,11 @@ additions plus the few steps around each change of regime, at any rank count.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 
 from commsim.costs import CostInputs, cpu_load, job_rate
 from commsim.sim.engine import finished
-from commsim.sim.fast_collectives import cpu_of, intra_link
+from commsim.sim.fast_collectives import NotExact, cpu_of, intra_link
 from commsim.spec import RunSpec
 
 # Steps of a run left to the event loop at its end, so that a job ending there is seen.
@@ -61,6 +71,10 @@ def covers(spec: RunSpec) -> bool:
     algorithm = strategy.algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
+    if algorithm == "tree":
+        # Classes of ranks by their place in the binomial trees (``tree_classes``); one
+        # rank per host, or one host, so that no CPU or NIC mixes classes.
+        return g & (g - 1) == 0 and (c.ranks_per_host == 1 or c.hosts == 1)
     if c.hosts > 1 and c.ranks_per_host == 2:
         # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
         # host and receives from the previous host, the second the other way round; both
@@ -90,13 +104,31 @@ def steps_of(algorithm: str, nbytes: float, g: int, gamma: float) -> list[tuple[
     return halving + doubling
 
 
-class _Lockstep:
-    """One rank's processes, its CPU (shared with m - 1 twins) and its messages."""
+def tree_classes(g: int) -> list[int]:
+    """The class of each place in a binomial tree over ``g`` ranks (a power of two,
+    ``collectives.tree_allreduce``): the place's trailing zero bits, the root's log2 g.  A place
+    of class c receives from its children of classes 0..c-1, adds, and sends up in round c;
+    then it receives the sum in the broadcast's mask 2^c and sends it on at masks 2^(c-1)..1.
+    Every parent of a class-c place is of a higher class and every child of class c: so the
+    places of a class act at the same instants where the ranks start alike (``_Lockstep``
+    checks it at every message)."""
+    levels = g.bit_length() - 1
+    return [levels if i == 0 else (i & -i).bit_length() - 1 for i in range(g)]
 
-    def __init__(self, spec: RunSpec, costs: CostInputs):
+
+class _Lockstep:
+    """The processes of one rank of each class (the ranks of a class act at the same instants),
+    their CPUs (a class's rank shares its CPU with ``weights[c]`` ranks of its class, and on one
+    CPU for all, with the other classes' ranks), and their messages."""
+
+    def __init__(self, spec: RunSpec, costs: CostInputs, weights=None, own_cpus=False):
         c = spec.cluster
         self.costs = costs
-        self.cores, self.m = cpu_of(spec)
+        self.cores, m = cpu_of(spec)
+        # Class -> ranks of it on one CPU; class -> which CPU (one for all, or one per class
+        # where each rank has a host of its own).
+        self.weights = list(weights) if weights is not None else [m]
+        self.cpu = list(range(len(self.weights))) if own_cpus else [0] * len(self.weights)
         self.efficiency = c.cpu_efficiency
         self.threads = costs.threads_per_rank
         self.contention = bool(costs.contention)
@@ -116,25 +148,35 @@ class _Lockstep:
         self.timers: list = []                    # (time, order, process)
         self.ready = deque()                      # processes to resume now, in order
         self.processes: list = []
+        self.cls: list = []                       # process -> its class
         self.waiting: dict = {}                   # signal -> process waiting for it
         self.fired: set = set()
-        self.depth = 0                            # nested collectives the rank is inside
+        # Messages between classes: (message, class) -> [process, partners left, delivery].
+        self.posts: dict = {}
+        n = len(self.weights)
+        self.depth = [0] * n                      # nested collectives a class's rank is inside
         self.order = 0
-        self.compute_s = 0.0
-        self.comm_s = 0.0
-        self.bytes = 0.0
-        self._since = 0.0
+        self.compute_s = [0.0] * n
+        self.comm_s = [0.0] * n
+        self.sent = [0.0] * n
+        self.received = [0.0] * n
+        self.finish = [0.0] * n
+        self._since = [0.0] * n
+
+    @property
+    def bytes(self) -> float:
+        return self.sent[0]
 
     # -- the CPU ---------------------------------------------------------------------------
 
     def load(self, compute: bool, comm: bool) -> float:
-        """``ProcessorSharingCPU.load`` with every twin in the same state."""
-        return cpu_load(self.cores, self.m * self.threads if compute else 0.0,
-                        self.m if comm else 0)
+        """``ProcessorSharingCPU.load`` with every twin in the same state (one class)."""
+        m = self.weights[0]
+        return cpu_load(self.cores, m * self.threads if compute else 0.0, m if comm else 0)
 
     def rate(self, compute: bool, gloo: bool, comm: bool) -> float:
-        """``ProcessorSharingCPU._rate``: every job's speed."""
-        busy = self.m * ((self.threads if compute else 0.0) + (1.0 if gloo else 0.0))
+        """``ProcessorSharingCPU._rate``: every job's speed (one class)."""
+        busy = self.weights[0] * ((self.threads if compute else 0.0) + (1.0 if gloo else 0.0))
         speed = self.costs.compute_speed(self.load(compute, comm)) \
             if comm and self.contention else 1.0
         return job_rate(self.cores, busy, self.efficiency, speed)
@@ -142,16 +184,41 @@ class _Lockstep:
     def _state(self):
         compute = any(job[2] for job in self.jobs.values())
         gloo = any(not job[2] for job in self.jobs.values())
-        return compute, gloo, self.depth > 0
+        return compute, gloo, self.depth[0] > 0
 
-    def _current_rate(self) -> float:
-        return self.rate(*self._state())
+    def _tally(self, cpu: int):
+        """(busy threads, compute threads, ranks inside a collective) on ``cpu``."""
+        busy = computing = talking = 0.0
+        for k, job in self.jobs.items():
+            c = self.cls[k]
+            if self.cpu[c] == cpu:
+                busy += self.weights[c] * job[1]
+                if job[2]:
+                    computing += self.weights[c] * job[1]
+        for c, w in enumerate(self.weights):
+            if self.cpu[c] == cpu and self.depth[c] > 0:
+                talking += w
+        return busy, computing, talking
+
+    def cpu_load_of(self, cpu: int) -> float:
+        _, computing, talking = self._tally(cpu)
+        return cpu_load(self.cores, computing, talking)
+
+    def _rate_of(self, cpu: int) -> float:
+        """``ProcessorSharingCPU._rate`` of ``cpu`` now."""
+        busy, computing, talking = self._tally(cpu)
+        speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking)) \
+            if talking and self.contention else 1.0
+        return job_rate(self.cores, busy, self.efficiency, speed)
+
+    def _rates(self) -> dict:
+        return {cpu: self._rate_of(cpu) for cpu in {self.cpu[self.cls[k]] for k in self.jobs}}
 
     def _advance(self, t: float) -> None:
         if self.jobs and t > self.now:
-            progress = (t - self.now) * self._current_rate()
-            for job in self.jobs.values():
-                job[0] -= progress
+            rates = self._rates()
+            for k, job in self.jobs.items():
+                job[0] -= (t - self.now) * rates[self.cpu[self.cls[k]]]
         self.now = t
 
     def message_s(self, nbytes: float) -> float:
@@ -171,29 +238,44 @@ class _Lockstep:
             seconds = max(seconds, self.intra_latency_s + nbytes * self.intra_per_byte)
         return seconds
 
+    def delivery(self, nbytes: float, a: int, b: int) -> float:
+        """When a message between ranks of classes ``a`` and ``b`` posted by both now arrives
+        (``engine.Network._transfer``): between hosts the wire at the slower of the link and
+        the contended bandwidth at the busier end's load, then one latency; inside the host its
+        latency and bandwidth."""
+        if not self.inter:
+            return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
+        per_byte = self.per_byte
+        if self.capped:
+            cap = min(self.costs.contended_Bps(self.cpu_load_of(self.cpu[a])),
+                      self.costs.contended_Bps(self.cpu_load_of(self.cpu[b])))
+            per_byte = max(per_byte, 1.0 / cap)
+        return self.now + nbytes * per_byte + self.latency_s
+
     # -- collectives -------------------------------------------------------------------------
 
-    def enter(self) -> None:
+    def enter(self, c: int = 0) -> None:
         self._advance(self.now)
-        if self.depth == 0:
-            self._since = self.now
-        self.depth += 1
+        if self.depth[c] == 0:
+            self._since[c] = self.now
+        self.depth[c] += 1
 
-    def exit(self) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            self.comm_s += self.now - self._since
+    def exit(self, c: int = 0) -> None:
+        self.depth[c] -= 1
+        if self.depth[c] == 0:
+            self.comm_s[c] += self.now - self._since[c]
 
     def steps(self, count: int, nbytes: float, work: float):
         """``count`` equal steps (a message each way, then ``work`` on the Gloo thread), those
-        with nothing else due in between as one addition."""
+        with nothing else due in between as one addition (one class)."""
         left = count
         while left:
             jump = self._jumpable(left, nbytes, work)
             if jump:
                 left -= jump
                 continue
-            self.bytes += nbytes
+            self.sent[0] += nbytes
+            self.received[0] += nbytes
             yield ("wait", self.message_s(nbytes))
             if work > 0:
                 yield ("cpu", work, 1.0, False)
@@ -219,14 +301,41 @@ class _Lockstep:
             step = wire + (work / both if work > 0 else 0.0)
             job[0] -= jump * used
         self.now += jump * step
-        self.bytes += jump * nbytes
+        self.sent[0] += jump * nbytes
+        self.received[0] += jump * nbytes
         return jump
+
+    def _post(self, k: int, message, nbytes: float, partners: tuple, sending: bool) -> None:
+        """Process ``k``'s rank posts its side of ``message`` with ranks of the ``partners``
+        classes (one each: its rank's partner is of one of them, and of each where it has
+        several).  Each pair is delivered once both have posted; a class goes on when all its
+        pairs are, which must be at one instant, else its ranks would part."""
+        c = self.cls[k]
+        (self.sent if sending else self.received)[c] += nbytes
+        self.posts[(message, c)] = [k, len(partners), None]
+        for q in partners:
+            if (message, q) in self.posts:
+                t = self.delivery(nbytes, c, q)
+                self._delivered((message, c), t)
+                self._delivered((message, q), t)
+
+    def _delivered(self, key, t: float) -> None:
+        post = self.posts[key]
+        if post[2] is not None and abs(t - post[2]) > 1e-12 * max(1.0, abs(t)):
+            raise NotExact("the ranks of a tree's class receive at different instants")
+        post[1] -= 1
+        post[2] = t
+        if post[1] == 0:
+            heapq.heappush(self.timers, (t, self.order, post[0]))
+            self.order += 1
 
     # -- processes ---------------------------------------------------------------------------
 
-    def start(self, process) -> None:
+    def start(self, process, c: int = 0) -> int:
         self.processes.append(process)
+        self.cls.append(c)
         self.ready.append(len(self.processes) - 1)
+        return len(self.processes) - 1
 
     def signal(self, key) -> None:
         self.fired.add(key)
@@ -261,6 +370,9 @@ class _Lockstep:
                 heapq.heappush(self.timers, (action[1], self.order, k))
                 self.order += 1
                 return
+            if kind in ("send", "recv"):
+                self._post(k, action[1], action[2], action[3], kind == "send")
+                return
             key = action[1]                       # "for": a signal or a process's end
             if key in self.fired:
                 continue
@@ -271,10 +383,16 @@ class _Lockstep:
         while True:
             while self.ready:
                 self._resume(self.ready.popleft())
-            due_job = None
+            due_job = due_cpus = None
             if self.jobs:
-                rate = self._current_rate()
-                due_job = self.now + min(job[0] for job in self.jobs.values()) / rate
+                rates = self._rates()
+                due = {}
+                for k, job in self.jobs.items():
+                    cpu = self.cpu[self.cls[k]]
+                    t = self.now + job[0] / rates[cpu]
+                    due[cpu] = min(due.get(cpu, t), t)
+                due_job = min(due.values())
+                due_cpus = {cpu for cpu, t in due.items() if t == due_job}
             due_timer = self.timers[0][0] if self.timers else None
             if due_job is None and due_timer is None:
                 return self.now
@@ -284,57 +402,89 @@ class _Lockstep:
                     self.ready.append(heapq.heappop(self.timers)[2])
                 continue
             self._advance(due_job)
-            for k in finished(self.jobs):
-                job = self.jobs.pop(k)
-                if job[2]:
-                    self.compute_s += self.now - job[3]
-                self.ready.append(k)
+            for cpu in sorted(due_cpus):
+                on_cpu = {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
+                for k in finished(on_cpu):
+                    job = self.jobs.pop(k)
+                    if job[2]:
+                        self.compute_s[self.cls[k]] += self.now - job[3]
+                    self.ready.append(k)
 
 
-def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool,
-              broadcast_end) -> tuple[float, float, float, float]:
-    """One iteration on a lockstep world: (when every rank's step ends, its compute seconds, its
-    communication seconds, the bytes it sent and received in the all-reduces).  ``buckets``:
-    DDP's buckets overlapping backward, else every tensor all-reduced after backward (ring).
-    ``broadcast_end(begin)``: when DDP's buffer broadcast ends if the ranks start it at
-    ``begin`` (None: there is none)."""
+def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end):
+    """One iteration on a lockstep world, class by class: (each rank's class, and per class
+    when its ranks' step ends, their compute seconds, their communication seconds, the bytes
+    each sent and received in the all-reduces).  One class but for trees (``tree_classes``).
+    ``buckets``: DDP's buckets overlapping backward, else every tensor all-reduced after
+    backward (ring).  ``broadcast_end(begin)``: when DDP's buffer broadcast ends if the ranks
+    start it at ``begin`` (None: there is none)."""
     from commsim.strategies import get_strategy
 
-    sim = _Lockstep(spec, costs)
+    c = spec.cluster
     p = spec.world_size
     g = spec.group_size or p
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    tree = algorithm == "tree" and g > 1
+    ranks_class = [0] * p
+    weights = None
+    if tree:
+        places = tree_classes(g)
+        ranks_class = [places[r % g] for r in range(p)]
+        # On one CPU for all, a class's every rank shares it; else each rank has its own.
+        shared = c.shared_cpu_cores is not None or c.hosts == 1
+        size = Counter(ranks_class)
+        weights = [size[k] if shared else 1 for k in range(max(places) + 1)]
+        sim = _Lockstep(spec, costs, weights, own_cpus=not shared)
+    else:
+        sim = _Lockstep(spec, costs)
+    levels = g.bit_length() - 1
     fp16 = spec.compression == "fp16"
     gamma = costs.gamma_s_per_B
     overhead = costs.overhead("all_reduce")
     threads = costs.threads_per_rank
 
-    def allreduce(nbytes, average=True):
+    def tree_steps(k, nbytes, serial):
+        """``collectives.tree_allreduce``'s messages and reductions for a rank of class k."""
+        for level in range(levels):
+            if level == k:
+                yield ("send", (serial, "up", level), nbytes, tuple(range(level + 1, levels + 1)))
+                break
+            yield ("recv", (serial, "up", level), nbytes, (level,))
+            yield ("cpu", nbytes * gamma, 1.0, False)
+        if k < levels:
+            yield ("recv", (serial, "down", k), nbytes, tuple(range(k + 1, levels + 1)))
+        for level in reversed(range(k)):
+            yield ("send", (serial, "down", level), nbytes, (level,))
+
+    def allreduce(k, serial, nbytes, average=True):
         if g <= 1:
             return
-        sim.enter()
+        sim.enter(k)
         if overhead > 0:
             yield ("wait", overhead)
-        for count, size, work in steps_of(algorithm, nbytes, g, gamma):
-            yield from sim.steps(count, size, work)
+        if tree:
+            yield from tree_steps(k, nbytes, serial)
+        else:
+            for count, size, work in steps_of(algorithm, nbytes, g, gamma):
+                yield from sim.steps(count, size, work)
         if average:
             yield ("cpu", nbytes * gamma, 1.0, False)
-        sim.exit()
+        sim.exit(k)
 
-    def communicate():
+    def communicate(k):
         for i, bucket in enumerate(costs.buckets):
-            yield ("for", ("ready", i))
+            yield ("for", ("ready", k, i))
             if fp16 and g > 1:
-                sim.enter()
+                sim.enter(k)
                 yield ("cpu", bucket.bytes * gamma, 1.0, False)
-                yield from allreduce(bucket.bytes / 2, average=False)
+                yield from allreduce(k, i, bucket.bytes / 2, average=False)
                 yield ("cpu", bucket.bytes * gamma, 1.0, False)
-                sim.exit()
+                sim.exit(k)
             else:
-                yield from allreduce(bucket.bytes)
+                yield from allreduce(k, i, bucket.bytes)
 
-    def backward_by_bucket():
-        sim.start(communicate())
+    def backward_by_bucket(k):
+        talker = sim.start(communicate(k), k)
         done = 0.0
         for i, bucket in enumerate(costs.buckets):
             if spec.overlap:
@@ -342,32 +492,42 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool,
                 if segment > 0:
                     yield ("cpu", segment, threads, True)
                 done = max(done, bucket.ready_fraction)
-                sim.signal(("ready", i))
+                sim.signal(("ready", k, i))
         if done < 1.0:
             yield ("cpu", (1.0 - done) * costs.backward_s, threads, True)
         if not spec.overlap:
             for i in range(len(costs.buckets)):
-                sim.signal(("ready", i))
-        yield ("for", ("end", 1))
+                sim.signal(("ready", k, i))
+        yield ("for", ("end", talker))
 
-    def compute():
+    def compute(k):
         for _ in range(spec.sync_every - 1):
             yield ("cpu", costs.forward_s, threads, True)
             yield ("cpu", costs.backward_s, threads, True)
-        end = broadcast_end(sim.now) if buckets else None
+        end = None
+        if buckets:
+            # One buffer broadcast for all: every class starts it at the same instant.
+            if not ends:
+                ends.append((sim.now, broadcast_end(sim.now)))
+            elif abs(ends[0][0] - sim.now) > 1e-12 * max(1.0, sim.now):
+                raise NotExact("the ranks of a tree's classes start the buffer broadcast apart")
+            end = ends[0][1]
         if end is not None:
-            sim.enter()
+            sim.enter(k)
             yield ("until", end)
-            sim.exit()
+            sim.exit(k)
         yield ("cpu", costs.forward_s, threads, True)
         if buckets:
-            yield from backward_by_bucket()
+            yield from backward_by_bucket(k)
         else:
             yield ("cpu", costs.backward_s, threads, True)
-            for nbytes in costs.param_bytes:
-                yield from allreduce(nbytes)
+            for i, nbytes in enumerate(costs.param_bytes):
+                yield from allreduce(k, i, nbytes)
         yield ("cpu", costs.optimizer_s, threads, True)
+        sim.finish[k] = sim.now
 
-    sim.start(compute())
-    finish = sim.run()
-    return finish, sim.compute_s, sim.comm_s, sim.bytes
+    ends = []
+    for k in range(len(sim.weights)):
+        sim.start(compute(k), k)
+    sim.run()
+    return ranks_class, sim.finish, sim.compute_s, sim.comm_s, sim.sent, sim.received
