@@ -1,7 +1,7 @@
 """``--engine auto`` runs the DES only where it ends in reasonable time.
 
-Where the fast engine has no exact path (a world ring whose ranks share one pool of cores out of
-step interleaves every rank's every step, O(p^2) events an all-reduce), the DES's work is
+Where the fast engine has no exact path (a world ring on one pool of cores with a slow link
+interleaves every rank's every step, O(p^2) events an all-reduce), the DES's work is
 counted before it starts (``fast.des_messages``); beyond ``AUTO_DES_MESSAGES`` auto says so
 (``BeyondReach``, one line, exit 2) instead of running for hours, a sweep leaves those cells out
 naming why, and ``--engine des`` still runs them.
@@ -20,8 +20,10 @@ from commsim.sim.fast import des_messages
 from commsim.simulate import AUTO_DES_MESSAGES
 from test_fast_engine import PROFILE
 
+# A slow link parts a world ring on one pool at every step: its ranks' every step is an
+# instant of its own.
 OUT_OF_STEP = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
-                       stragglers={1: 1.5})
+                       slow_links_Bps={3: 1.25e6})
 
 
 def counted_messages(profile, strategy, nodes, scenario):
@@ -72,7 +74,7 @@ def test_auto_still_runs_the_des_where_it_ends_soon():
 
 def test_the_cli_says_it_in_one_line(capsys):
     code = main(["predict", "--strategy", "ring", "--nodes", "1024", "--batch-per-rank", "32",
-                 "--shared-cpu-cores", "2", "--straggler", "1:1.5"])
+                 "--shared-cpu-cores", "2", "--slow-link", "3:10mbit"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "--engine des" in err

@@ -138,8 +138,8 @@ def test_single_rank():
 
 def test_auto_falls_back_where_fast_is_not_exact():
     """Hierarchical's trees inside hosts sharing one pool out of step (no replay has them),
-    and a world ring of 1,024 uneven ranks on one pool (2p(p-1) messages a collective, more
-    than a replay holds) go to the DES."""
+    and a world ring of 1,024 ranks on one pool with a slow link (2p(p-1) messages a
+    collective at as many instants, more than a replay holds) go to the DES."""
     from commsim.api import run_spec
     from commsim.costs import cost_inputs
     from commsim.sim.fast import unsupported
@@ -150,10 +150,10 @@ def test_auto_falls_back_where_fast_is_not_exact():
     with pytest.raises(UserError, match="CPU pool"):
         predict(PROFILE, "ring", 2, shared, engine="fast")
     spec = run_spec(PROFILE, "ddp", 1024, Scenario(global_batch=None, batch_per_rank=1,
-                                                   shared_cpu_cores=2, stragglers={0: 1.5}))
+                                                   shared_cpu_cores=2, slow_links_Bps={0: 1e6}))
     assert "CPU pool" in unsupported(spec, cost_inputs(spec, PROFILE))
     spec = run_spec(PROFILE, "ddp", 64, Scenario(global_batch=None, batch_per_rank=1,
-                                                 shared_cpu_cores=2, stragglers={0: 1.5}))
+                                                 shared_cpu_cores=2, slow_links_Bps={0: 1e6}))
     assert unsupported(spec, cost_inputs(spec, PROFILE)) is None
     assert predict(PROFILE, "ddp", 2, Scenario(global_batch=64), engine="auto").engine == "fast"
     with pytest.raises(UserError, match="timeline"):

@@ -55,6 +55,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
    from its mean on, the recurrences.  dp on a pool is an event loop over device 0's serial
    phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
+6. A world ring of stragglers on one pool (``commsim.sim.fast_runs``): runs of consecutive
+   ranks in one state, one rank's events standing for its run's; only a run's end ranks can
+   part from it, and runs that go on together join again.  O(p) events an iteration.
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
@@ -69,8 +72,8 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
 * jobs sharing a CPU out of step where the replay would hold more than ``_REPLAY_MESSAGES``
-  messages (a world ring of uneven ranks: 2p(p-1) a collective, beyond about 200 ranks,
-  every rank's every step at a time of its own), or whose algorithm is not a schedule of
+  messages (a world ring on a pool with a slow link: 2p(p-1) a collective, beyond about 200
+  ranks, every rank's every step at a time of its own), or whose algorithm is not a schedule of
   messages (hierarchical's trees inside hosts); ``auto`` then runs the DES only within
   ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
@@ -103,7 +106,7 @@ import math
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
-from commsim.sim import fast_lockstep, fast_queues
+from commsim.sim import fast_lockstep, fast_queues, fast_runs
 from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
@@ -130,7 +133,8 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
     reason = _cpu_reason(spec, costs)
-    if reason is None or fast_lockstep.covers(spec) or _replays_cpu(spec, costs):
+    if (reason is None or fast_lockstep.covers(spec) or fast_runs.covers(spec)
+            or _replays_cpu(spec, costs)):
         return None     # every rank alike (one rank's events), or the DES's CPUs replayed
     return reason
 
@@ -381,13 +385,18 @@ def _allreduce(run: Run, blocks, algorithm: str, start, nbytes: float, *, fp16: 
     return end
 
 
+def _broadcasts(spec: RunSpec, costs: CostInputs) -> bool:
+    """Whether DDP's buffer broadcast moves anything."""
+    return spec.broadcast_buffers and spec.world_size > 1 and costs.buffer_bytes > 0
+
+
 def _buffer_broadcast(spec: RunSpec, costs: CostInputs, start):
     """DDP's buffer broadcast (``collectives.broadcast_buffers``) from per-rank ``start``: a
     binomial tree from rank 0, every rank leaving when the last one is done.  Returns (that
     time, the Run holding its bytes), or (None, None) when there is none.  Its messages are
     over before anything else starts, so their NIC intervals are checked on their own."""
     p, n = spec.world_size, float(costs.buffer_bytes)
-    if not spec.broadcast_buffers or p <= 1 or n <= 0:
+    if not _broadcasts(spec, costs):
         return None, None
     run = Run(spec, costs, np.arange(p))
     post = (start + costs.overhead("broadcast"))[None]
@@ -413,6 +422,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         except NotExact:
             if not _replays_cpu(spec, costs):    # a tree's classes parted: replay every rank
                 raise
+    if shares_cpu and fast_runs.covers(spec):
+        return _runs(spec, costs, buckets, broadcast_buffers)
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"     # every host's ring rank is the host: the same messages
@@ -496,6 +507,31 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
         crossing_tx = crossing_rx = np.where(last, sent, 0.0) if crosses else np.zeros(p)
     tx, rx = _hosts_of(spec, crossing_tx), _hosts_of(spec, crossing_rx)
     if broadcast and broadcast[0] is not None:
+        run = broadcast[0]
+        sent, received = sent + run.sent, received + run.received
+        tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)
+    return _timing(p, finish, compute, comm, sent, received, tx, rx)
+
+
+def _runs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast_buffers: bool) -> Timing:
+    """``ring_like`` for a world ring of stragglers on one pool of cores, by runs of ranks
+    alike (``fast_runs``)."""
+    p = spec.world_size
+    broadcast = []
+
+    def broadcast_end(start):
+        end, run = _buffer_broadcast(spec, costs, start)
+        broadcast.append(run)
+        return end
+
+    finish, compute, comm, sent, received = fast_runs.iteration(
+        spec, costs, buckets=buckets, broadcast=broadcast_buffers and _broadcasts(spec, costs),
+        broadcast_end=broadcast_end)
+    # One rank a host: its every message crosses its NIC; on one host, none does.
+    crossing = spec.cluster.hosts > 1
+    tx = _hosts_of(spec, sent if crossing else np.zeros(p))
+    rx = _hosts_of(spec, received if crossing else np.zeros(p))
+    if broadcast:
         run = broadcast[0]
         sent, received = sent + run.sent, received + run.received
         tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)

@@ -88,6 +88,22 @@ def covers(spec: RunSpec) -> bool:
     return algorithm == "ring" or g == 1
 
 
+def equal_steps(left: int, wire: float, work: float, job_left, *, alone: float, both: float,
+                idle: float) -> tuple[int, float, float]:
+    """Of ``left`` equal steps (a message of ``wire`` seconds, then ``work`` on the Gloo thread)
+    with nothing else due but a compute job with ``job_left`` work to do (None: none), how many
+    to take at once, and each one's seconds and the compute job's work done in it.  The job
+    runs at ``alone`` beside a message, at ``both`` beside a reduction (at ``idle`` without
+    the job); steps are taken up to ``_MARGIN`` short of its end, which the event loop sees."""
+    if job_left is None:
+        return left, wire + (work / idle if work > 0 else 0.0), 0.0
+    used = wire * alone + work          # the compute job's work done in one step
+    jump = min(left, int(job_left / used) - _MARGIN) if used > 0 else left
+    if jump <= 0:
+        return 0, 0.0, 0.0
+    return jump, wire + (work / both if work > 0 else 0.0), used
+
+
 def steps_of(algorithm: str, nbytes: float, g: int, gamma: float) -> list[tuple[int, float, float]]:
     """One rank's steps of an all-reduce of ``nbytes`` among ``g`` lockstep ranks (without the
     overhead and the divide), as runs: (count, bytes sent and received, reduction seconds)."""
@@ -286,20 +302,14 @@ class _Lockstep:
         if self.timers or self.ready or any(not job[2] for job in self.jobs.values()):
             return 0
         compute = [job for job in self.jobs.values() if job[2]]
-        wire = self.message_s(nbytes)
-        if not compute:
-            step = wire + (work / self.rate(False, True, True) if work > 0 else 0.0)
-            jump = left
-        else:
-            job = compute[0]
-            alone = self.rate(True, False, True)
-            both = self.rate(True, True, True)
-            used = wire * alone + work          # backward's work done in one step
-            jump = min(left, int(job[0] / used) - _MARGIN) if used > 0 else left
-            if jump <= 0:
-                return 0
-            step = wire + (work / both if work > 0 else 0.0)
-            job[0] -= jump * used
+        jump, step, used = equal_steps(
+            left, self.message_s(nbytes), work, compute[0][0] if compute else None,
+            alone=self.rate(True, False, True), both=self.rate(True, True, True),
+            idle=self.rate(False, True, True))
+        if not jump:
+            return 0
+        if compute:
+            compute[0][0] -= jump * used
         self.now += jump * step
         self.sent[0] += jump * nbytes
         self.received[0] += jump * nbytes

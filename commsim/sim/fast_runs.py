@@ -1,0 +1,585 @@
+"""A world ring whose ranks share one pool of cores out of step (stragglers), by runs of ranks
+alike, for the fast engine.
+
+On one pool every job runs at the same speed, so ranks that start equal jobs at one instant
+end them together, and a ring step whose ranks all post at one instant delivers their messages
+at one instant.  A straggler parts the ring only where its delay has reached: the ranks after
+it stop one step later each while it computes (a staircase), and its delay then travels round
+the ring one rank a step.  So the ranks form *runs*, arcs of consecutive ranks in one state
+(the program position of each of their processes, their pending job or time, their stats), and
+one rank's events stand for its run's:
+
+1. programs: the rank processes of ``strategies.ring`` (every tensor all-reduced after
+   backward) and ``strategies.ddp`` (buckets on a communication process beside backward, the
+   buffer broadcast, fp16), as instruction lists (``_programs``);
+2. the pool: a job is ``(work, threads)``; runs that start the same job at one instant share a
+   job group, whose end is where the pool's work done (every job's, ``self.done``) reaches its
+   start's plus its work; the rate is ``costs.job_rate`` over the groups' threads, times the
+   calibrated compute speed while ranks communicate, as ``engine.ProcessorSharingCPU``;
+3. a ring step of a run posted at t delivers its inner messages at t + the message's time (the
+   wire at the contended bandwidth at the pool's load then, one latency); its end ranks' other
+   messages pair with the neighbouring runs' when both have posted; a run whose ranks end the
+   step at different instants splits (its first rank, its middle, its last);
+4. runs ready at one instant in one state next to each other join again.
+Where every rank is one run, equal steps with nothing else due are one addition, as in
+``fast_lockstep``.  With one straggler, O(p) events an all-reduce instead of the DES's O(p²).
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from commsim.costs import CostInputs, cpu_load, job_rate
+from commsim.sim.engine import finished
+from commsim.sim.fast_collectives import NotExact, intra_link
+from commsim.sim.fast_lockstep import equal_steps
+from commsim.spec import RunSpec
+
+# Instructions of a rank's program.
+JOB, ENTER, EXIT, WAIT, BROADCAST, SIGNAL, AWAIT, AWAIT_END, STEPS, FINISH = range(10)
+
+
+def covers(spec: RunSpec) -> bool:
+    """A world ring (DDP's or a ring per tensor) of stragglers on one pool of cores: one rank a
+    host on the pool, or every rank on one host."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    if spec.strategy not in ("ring", "ddp") or not spec.stragglers or c.slow_links_Bps:
+        return False
+    algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    if algorithm == "hierarchical" and c.ranks_per_host == 1:
+        algorithm = "ring"
+    p = spec.world_size
+    if algorithm != "ring" or (spec.group_size or p) != p or p < 2:
+        return False
+    return c.hosts == 1 or (c.shared_cpu_cores is not None and c.ranks_per_host == 1)
+
+
+def _programs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast: bool):
+    """A rank's processes as instruction lists: the compute process, and with ``buckets``
+    DDP's communication process."""
+    p = spec.world_size
+    gamma = costs.gamma_s_per_B
+    overhead = costs.overhead("all_reduce")
+    threads = costs.threads_per_rank
+    serial = iter(range(1 << 30))
+
+    def allreduce(nbytes, average=True):
+        """``collectives.ring_allreduce``: each STEPS a run of ring steps, a message each way
+        then the reduction, numbered (collective, first step)."""
+        collective = next(serial)
+        chunk = nbytes / p
+        out = [(ENTER,)] + ([(WAIT, overhead)] if overhead > 0 else [])
+        out += [(STEPS, collective, 0, chunk, chunk * gamma, p - 1),
+                (STEPS, collective, p - 1, chunk, 0.0, p - 1)]
+        if average:
+            out.append((JOB, nbytes * gamma, 1.0, False))
+        return out + [(EXIT,)]
+
+    compute = []
+    for _ in range(spec.sync_every - 1):
+        compute += [(JOB, costs.forward_s, threads, True), (JOB, costs.backward_s, threads, True)]
+    if not buckets:
+        compute += [(JOB, costs.forward_s, threads, True), (JOB, costs.backward_s, threads, True)]
+        for nbytes in costs.param_bytes:
+            compute += allreduce(nbytes)
+        return [compute + [(JOB, costs.optimizer_s, threads, True), (FINISH,)]]
+    if broadcast:
+        compute += [(ENTER,), (BROADCAST,), (EXIT,)]
+    compute.append((JOB, costs.forward_s, threads, True))
+    done = 0.0
+    for bucket in costs.buckets:
+        if spec.overlap:
+            segment = (bucket.ready_fraction - done) * costs.backward_s
+            if segment > 0:
+                compute.append((JOB, segment, threads, True))
+            done = max(done, bucket.ready_fraction)
+            compute.append((SIGNAL,))
+    if done < 1.0:
+        compute.append((JOB, (1.0 - done) * costs.backward_s, threads, True))
+    if not spec.overlap:
+        compute += [(SIGNAL,)] * len(costs.buckets)
+    compute += [(AWAIT_END,), (JOB, costs.optimizer_s, threads, True), (FINISH,)]
+    talk = []
+    fp16 = spec.compression == "fp16"
+    for i, bucket in enumerate(costs.buckets):
+        talk.append((AWAIT, i))
+        if fp16:
+            cast = (JOB, bucket.bytes * gamma, 1.0, False)
+            talk += [(ENTER,), cast] + allreduce(bucket.bytes / 2, average=False) + [cast, (EXIT,)]
+        else:
+            talk += allreduce(bucket.bytes)
+    return [compute, talk]
+
+
+class _Group:
+    """Equal jobs started at one instant: they end when the pool's work done reaches
+    ``end``."""
+    __slots__ = ("end", "weight", "compute", "start", "members")
+
+    def __init__(self, end, compute, start):
+        self.end, self.weight, self.compute, self.start = end, 0.0, compute, start
+        self.members = []                          # (run, process)
+
+
+class _Run:
+    """Ranks lo, lo+1, ..., lo+n-1 (mod p) in one state."""
+    __slots__ = ("lo", "n", "factor", "procs", "fired", "talked", "depth", "since", "compute_s",
+                 "comm_s", "sent", "received", "finish", "alive")
+
+    def copy(self, lo, n) -> "_Run":
+        other = _Run()
+        for name in self.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.lo, other.n, other.alive = lo, n, True
+        other.procs = [list(proc) for proc in self.procs]
+        return other
+
+    def state(self):
+        """Where its processes are and what they wait for: what its timing depends on, but
+        for its compute speed (``factor``)."""
+        procs = []
+        for pc, rep, pending in self.procs:
+            if pending is not None and pending[0] == "job":
+                pending = ("job", id(pending[1]))
+            elif pending is not None and pending[0] == "step":
+                return None                        # waiting on a neighbour: never joined
+            procs.append((pc, rep, pending))
+        return self.fired, self.talked, self.depth, tuple(procs)
+
+    def key(self):
+        """Everything that makes two runs act alike from now on and report alike."""
+        state = self.state()
+        return state and (state, self.factor, self.since, self.compute_s, self.comm_s,
+                          self.sent, self.received, self.finish)
+
+
+class _Ring:
+    """The event loop over runs."""
+
+    def __init__(self, spec: RunSpec, costs: CostInputs, programs, broadcast_end):
+        c = spec.cluster
+        self.p = spec.world_size
+        self.costs = costs
+        self.cores = c.shared_cpu_cores if c.shared_cpu_cores is not None else c.cores_per_host
+        self.efficiency = c.cpu_efficiency
+        self.contention = bool(costs.contention)
+        self.inter = c.hosts > 1
+        self.intra_latency_s, bandwidth = intra_link(c)
+        self.intra_per_byte = 1.0 / bandwidth
+        self.latency_s = c.nic_latency_s
+        self.per_byte = costs.wire("all_reduce") / c.nic_bandwidth_Bps
+        self.programs = programs
+        self.talker = len(programs) - 1            # the process that runs the collectives
+        self.broadcast_end = broadcast_end
+        self.now = 0.0
+        self.done = 0.0                            # work done by a job running since time 0
+        self.groups: dict = {}                     # (end, threads, compute, start) -> _Group
+        self.busy = self.computing = self.talking = 0.0
+        self.timers: list = []                     # (time, order, run, process)
+        self.live_timers = 0
+        self.order = 0
+        self.ready: list = []                      # (run, process) to resume now
+        self.first: dict = {}                      # lo -> run
+        self.last: dict = {}                       # last rank -> run
+        self.arrived: list = []                    # (run, process, time) at the broadcast
+        self.events = 0
+        factors = [spec.stragglers.get(r, 1.0) for r in range(self.p)]
+        lo = 0
+        for r in range(1, self.p + 1):
+            if r == self.p or factors[r] != factors[lo]:
+                run = _Run()
+                run.lo, run.n, run.factor = lo, r - lo, factors[lo]
+                run.procs = [[0, 0, None] for _ in programs]
+                run.fired, run.talked, run.depth, run.since = 0, False, 0, 0.0
+                run.compute_s = run.comm_s = run.sent = run.received = run.finish = 0.0
+                run.alive = True
+                self._place(run)
+                self.ready += [(run, k) for k in range(len(programs))]
+                lo = r
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def _place(self, run: _Run) -> None:
+        self.first[run.lo] = run
+        self.last[(run.lo + run.n - 1) % self.p] = run
+
+    def _drop(self, run: _Run) -> None:
+        run.alive = False
+        if self.first.get(run.lo) is run:
+            del self.first[run.lo]
+        end = (run.lo + run.n - 1) % self.p
+        if self.last.get(end) is run:
+            del self.last[end]
+        self.live_timers -= sum(1 for proc in run.procs
+                                if proc[2] is not None and proc[2][0] == "timer")
+
+    def _adopt(self, run: _Run) -> None:
+        """Put a new run where its pending jobs, timers and waits will find it."""
+        self._place(run)
+        for k, (_, _, pending) in enumerate(run.procs):
+            if pending is None:
+                continue
+            if pending[0] == "job":
+                pending[1].members.append((run, k))
+            elif pending[0] == "timer":
+                self._timer(pending[1], run, k)
+            elif pending[0] == "broadcast":
+                self.arrived.append((run, k, pending[1]))
+
+    def _join(self) -> None:
+        """Runs ready now, in one state, next to each other become one."""
+        runs = {id(run): run for run, _ in self.ready if run.alive}
+        if len(runs) < 2:
+            return
+        for run in sorted(runs.values(), key=lambda r: r.lo):
+            if not run.alive or run.n == self.p:
+                continue
+            key = run.key()
+            while key is not None and run.n < self.p:
+                right = self.first.get((run.lo + run.n) % self.p)
+                if right is None or right is run or id(right) not in runs \
+                        or right.key() != key:
+                    break
+                joined = run.copy(run.lo, run.n + right.n)
+                self._drop(run)
+                self._drop(right)
+                self._adopt(joined)
+                self.ready = [((joined if r is run or r is right else r), k)
+                              for r, k in self.ready]
+                runs[id(joined)] = joined
+                run = joined
+        seen = set()
+        self.ready = [(r, k) for r, k in self.ready
+                      if r.alive and (id(r), k) not in seen and not seen.add((id(r), k))]
+
+    # -- the pool ----------------------------------------------------------------------------
+
+    def _rate(self, busy=None, computing=None) -> float:
+        busy = self.busy if busy is None else busy
+        computing = self.computing if computing is None else computing
+        speed = 1.0
+        if self.talking and self.contention:
+            speed = self.costs.compute_speed(cpu_load(self.cores, computing, self.talking))
+        return job_rate(self.cores, busy, self.efficiency, speed)
+
+    def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool) -> None:
+        key = (self.done + work, threads, compute, self.now)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = _Group(key[0], compute, self.now)
+        group.weight += run.n * threads
+        group.members.append((run, k))
+        self.busy += run.n * threads
+        if compute:
+            self.computing += run.n * threads
+        run.procs[k][2] = ("job", group)
+
+    def _advance(self, t: float) -> None:
+        if t > self.now:
+            self.done += (t - self.now) * self._rate()
+            self.now = t
+
+    def _end_jobs(self) -> None:
+        left = {key: [group.end - self.done] for key, group in self.groups.items()}
+        for key in finished(left):
+            group = self.groups.pop(key)
+            self.busy -= group.weight
+            if group.compute:
+                self.computing -= group.weight
+            for run, k in group.members:
+                if run.alive and run.procs[k][2] is not None and run.procs[k][2][1] is group:
+                    if group.compute:
+                        run.compute_s += self.now - group.start
+                    run.procs[k][2] = None
+                    self.ready.append((run, k))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _per_byte(self) -> float:
+        """A byte's time on the wire between hosts now: the link's, or the contended
+        bandwidth's at the pool's load (``SimContext._contention``)."""
+        per_byte = self.per_byte
+        if self.contention:
+            load = cpu_load(self.cores, self.computing, self.talking)
+            per_byte = max(per_byte, 1.0 / self.costs.contended_Bps(load))
+        return per_byte
+
+    def _wire_s(self, nbytes: float) -> float:
+        """A message's time from both posts to its delivery, posted now."""
+        if not self.inter:
+            return self.intra_latency_s + nbytes * self.intra_per_byte
+        return nbytes * self._per_byte() + self.latency_s
+
+    def _delivered(self, nbytes: float) -> float:
+        """When a message both ends post now arrives, added up as ``engine.Network._transfer``
+        does."""
+        if not self.inter:
+            return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
+        return self.now + nbytes * self._per_byte() + self.latency_s
+
+    def _post(self, run: _Run, k: int, step, nbytes: float) -> None:
+        """``run``'s ranks post a ring step (a send right, a receive left).  Its messages
+        between its own ranks arrive at one instant; so do its end ranks' others where the
+        neighbouring ranks have posted theirs (now, or before); an end rank whose neighbour
+        has not splits off to wait for it."""
+        run.sent += nbytes
+        run.received += nbytes
+        if run.n == self.p:
+            self._timer(self._delivered(nbytes), run, k)
+            return
+        if run.n == 1:
+            run.procs[k][2] = ["step", step, nbytes, None, None]
+            self._pair(run, k)
+            return
+        left = self.last[(run.lo - 1) % self.p]
+        right = self.first[(run.lo + run.n) % self.p]
+        waits_left = not self._posted(left, k, step, 4)
+        waits_right = not self._posted(right, k, step, 3)
+        inner = self._delivered(nbytes)
+        if waits_left or waits_right:
+            self._drop(run)
+            lo, n = run.lo, run.n
+            if waits_left:
+                first = run.copy(lo, 1)
+                first.procs[k][2] = ["step", step, nbytes, None, inner]
+                self._adopt(first)
+                lo, n = (lo + 1) % self.p, n - 1
+            if waits_right:
+                last = run.copy((lo + n - 1) % self.p, 1)
+                last.procs[k][2] = ["step", step, nbytes, inner, None]
+                self._adopt(last)
+                n -= 1
+            run = run.copy(lo, n) if n else None
+            if run is not None:
+                run.procs[k][2] = None
+                self._adopt(run)
+        # Pair with the neighbours that have posted: both ends deliver now, with the inner
+        # messages (the same time, added up the same way).
+        for other, side in ((left, 4), (right, 3)):
+            if not (waits_left if side == 4 else waits_right):
+                theirs = other.procs[k][2]
+                theirs[side] = inner
+                if theirs[3] is not None and theirs[4] is not None:
+                    self._timer(max(theirs[3], theirs[4]), other, k)
+        if run is not None:
+            self._timer(inner, run, k)
+        if waits_left:
+            self._pair(first, k)
+        if waits_right:
+            self._pair(last, k)
+
+    @staticmethod
+    def _posted(other: _Run, k: int, step, side: int) -> bool:
+        """Whether ``other`` (one rank) waits on ``step`` with its ``side`` undelivered."""
+        theirs = other.procs[k][2]
+        return (theirs is not None and theirs[0] == "step" and theirs[1] == step
+                and theirs[side] is None)
+
+    def _pair(self, run: _Run, k: int) -> None:
+        """A one-rank run waiting on a ring step: deliver its messages to and from the
+        neighbouring ranks that have posted theirs."""
+        pending = run.procs[k][2]
+        for side, other in ((3, self.last[(run.lo - 1) % self.p]),
+                            (4, self.first[(run.lo + 1) % self.p])):
+            if pending[side] is not None:
+                continue
+            theirs = other.procs[k][2]
+            if theirs is None or theirs[0] != "step" or theirs[1] != pending[1]:
+                continue
+            t = self._delivered(pending[2])
+            pending[side] = t
+            theirs[7 - side] = t
+            if theirs[3] is not None and theirs[4] is not None:
+                self._timer(max(theirs[3], theirs[4]), other, k)
+        if pending[3] is not None and pending[4] is not None:
+            self._timer(max(pending[3], pending[4]), run, k)
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _timer(self, t: float, run: _Run, k: int) -> None:
+        run.procs[k][2] = ("timer", t)
+        heapq.heappush(self.timers, (t, self.order, run, k))
+        self.order += 1
+        self.live_timers += 1
+
+    def _resume(self, run: _Run, k: int) -> None:
+        proc = run.procs[k]
+        program = self.programs[k]
+        while True:
+            pc, rep = proc[0], proc[1]
+            if pc == len(program):
+                proc[2] = ("done",)
+                if k == self.talker and k > 0:
+                    run.talked = True
+                    if run.procs[0][2] == ("end",):
+                        run.procs[0][2] = None
+                        self.ready.append((run, 0))
+                return
+            ins = program[pc]
+            kind = ins[0]
+            if kind == STEPS:
+                _, collective, first, chunk, work, count = ins
+                if rep == 2 * count:
+                    proc[0], proc[1] = pc + 1, 0
+                    continue
+                if rep % 2 == 0:
+                    proc[1] = rep + 1
+                    self._post(run, k, (collective, first + rep // 2), chunk)
+                    return
+                proc[1] = rep + 1
+                if work > 0:
+                    self._job(run, k, work, 1.0, False)
+                    return
+                continue
+            proc[0] = pc + 1
+            if kind == JOB:
+                _, work, threads, compute = ins
+                work = work * run.factor if compute else work
+                if work > 0:
+                    self._job(run, k, work, threads, compute)
+                    return
+            elif kind == ENTER:
+                if run.depth == 0:
+                    run.since = self.now
+                    self.talking += run.n
+                run.depth += 1
+            elif kind == EXIT:
+                run.depth -= 1
+                if run.depth == 0:
+                    run.comm_s += self.now - run.since
+                    self.talking -= run.n
+            elif kind == WAIT:
+                self._timer(self.now + ins[1], run, k)
+                return
+            elif kind == BROADCAST:
+                proc[2] = ("broadcast", self.now)
+                self.arrived.append((run, k, self.now))
+                if sum(r.n for r, _, _ in self.arrived if r.alive) == self.p:
+                    self._broadcast()
+                return
+            elif kind == SIGNAL:
+                run.fired += 1
+                other = run.procs[self.talker][2]
+                if other == ("await", run.fired - 1):
+                    run.procs[self.talker][2] = None
+                    self.ready.append((run, self.talker))
+            elif kind == AWAIT:
+                if run.fired <= ins[1]:
+                    proc[2] = ("await", ins[1])
+                    return
+            elif kind == AWAIT_END:
+                if not run.talked:
+                    proc[2] = ("end",)
+                    return
+            elif kind == FINISH:
+                run.finish = self.now
+
+    def _broadcast(self) -> None:
+        """Every rank has reached the buffer broadcast: all leave when it is over."""
+        start = np.zeros(self.p)
+        for run, _, t in self.arrived:
+            if run.alive:
+                idx = (run.lo + np.arange(run.n)) % self.p
+                start[idx] = t
+        end = self.broadcast_end(start)
+        for run, k, _ in self.arrived:
+            if run.alive:
+                self._timer(end, run, k)
+        self.arrived = []
+
+    def _jump(self, batch) -> None:
+        """Where every rank is about to post the same ring step (each run in ``batch`` ready at
+        one program position, in one state but for its compute speed) and nothing else is due
+        but one compute job of them all, equal steps at once (``fast_lockstep.equal_steps``)."""
+        if self.live_timers or len(self.groups) > 1:
+            return
+        runs = list(self.first.values())
+        ready = {(id(run), k) for run, k in batch}
+        k = self.talker
+        if any((id(run), k) not in ready for run in runs):
+            return
+        state = runs[0].state()
+        if state is None or any(run.state() != state for run in runs[1:]) \
+                or len(batch) != len(runs):
+            return
+        pc, rep, _ = runs[0].procs[k]
+        if pc == len(self.programs[k]) or self.programs[k][pc][0] != STEPS:
+            return
+        _, _, _, nbytes, work, count = self.programs[k][pc]
+        if rep % 2 and work <= 0:
+            rep += 1                      # a step without a reduction: the next one's post
+        if rep % 2 or rep == 2 * count:
+            return
+        jobs = list(self.groups.values())
+        if jobs and not jobs[0].compute:
+            return
+        threads = jobs[0].weight if jobs else 0.0
+        gloo = float(self.p)
+        jump, step, used = equal_steps(
+            count - rep // 2, self._wire_s(nbytes), work,
+            jobs[0].end - self.done if jobs else None,
+            alone=self._rate(threads, threads), both=self._rate(threads + gloo, threads),
+            idle=self._rate(gloo, 0.0))
+        if not jump:
+            return
+        self.now += jump * step
+        self.done += jump * used
+        for run in runs:
+            run.procs[k][1] = rep + 2 * jump
+            run.sent += jump * nbytes
+            run.received += jump * nbytes
+
+    def run(self):
+        while True:
+            while self.ready:
+                self._join()
+                batch, self.ready = self.ready, []
+                self._jump(batch)
+                for run, k in sorted(batch, key=lambda item: (item[0].lo, item[1])):
+                    if run.alive and run.procs[k][2] is None:
+                        self.events += 1
+                        self._resume(run, k)
+            while self.timers and not self.timers[0][2].alive:
+                heapq.heappop(self.timers)
+            due_timer = self.timers[0][0] if self.timers else None
+            due_job = None
+            if self.groups:
+                due_job = self.now + (min(g.end for g in self.groups.values()) - self.done) \
+                    / self._rate()
+            if due_timer is None and due_job is None:
+                return
+            if due_timer is not None and (due_job is None or due_timer <= due_job):
+                self._advance(due_timer)
+                while self.timers and self.timers[0][0] <= self.now:
+                    t, _, run, k = heapq.heappop(self.timers)
+                    if run.alive and run.procs[k][2] == ("timer", t):
+                        self.live_timers -= 1
+                        run.procs[k][2] = None
+                        self.ready.append((run, k))
+                continue
+            self._advance(due_job)
+            self._end_jobs()
+
+    def per_rank(self):
+        """(finish, compute, comm, sent, received), each an array over the ranks."""
+        out = np.zeros((5, self.p))
+        for run in self.first.values():
+            idx = (run.lo + np.arange(run.n)) % self.p
+            out[:, idx] = np.array([run.finish, run.compute_s, run.comm_s, run.sent,
+                                    run.received])[:, None]
+        return out
+
+
+def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast: bool,
+              broadcast_end):
+    """One iteration: per rank (finish, compute seconds, communication seconds, bytes sent,
+    bytes received) in the all-reduces.  ``broadcast``: DDP's buffer broadcast runs;
+    ``broadcast_end(start)``: when it ends, from each rank's start."""
+    ring = _Ring(spec, costs, _programs(spec, costs, buckets, broadcast), broadcast_end)
+    ring.run()
+    if any(run.finish == 0.0 for run in ring.first.values()):
+        raise NotExact("a rank of the runs did not finish")      # a bug, never a guess
+    return ring.per_rank()

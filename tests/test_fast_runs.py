@@ -1,0 +1,135 @@
+"""A world ring of stragglers on one pool of cores (or one host), by runs of ranks alike
+(``fast_runs``): against the DES (tolerance 1e-9 relative), and its events growing with the
+ranks, not with their square."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from commsim.api import Scenario, predict, run_spec
+from commsim.costs import cost_inputs
+from commsim.profile import load_default
+from commsim.sim import fast_runs
+from test_fast_engine import PROFILE, assert_same
+from test_fast_sharing import EFFICIENCY, contended
+from test_fast_whatifs import DISTINCT
+
+PROFILES = {"plain": PROFILE, "distinct": DISTINCT, "contended": contended(PROFILE),
+            "bundled": load_default()}
+CPU = {
+    "pool": dict(shared_cpu_cores=2),
+    "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+    "pool, 1.5 cores": dict(shared_cpu_cores=1.5),
+    "roomy pool": dict(shared_cpu_cores=8),
+}
+OPTIONS = {
+    "": {}, "sync-every 2": dict(sync_every=2), "fp16": dict(compression="fp16"),
+    "no overlap": dict(overlap=False), "no buffers": dict(broadcast_buffers=False),
+    "hierarchical": dict(algorithm="hierarchical"),
+}
+RING_ONLY = ("compression", "overlap", "broadcast_buffers")
+
+
+def check(profile, strategy, hosts, stragglers, cpu=None, local=1, **kw):
+    extra = dict(CPU[cpu]) if cpu else dict(cores_per_host=2)
+    if strategy == "ring":
+        kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
+    sc = Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000, ranks_per_host=local,
+                  stragglers=stragglers, **extra, **kw)
+    assert fast_runs.covers(run_spec(profile, strategy, hosts, sc))
+    fast = predict(profile, strategy, hosts, sc, engine="fast")
+    assert_same(predict(profile, strategy, hosts, sc, engine="des"), fast)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+@pytest.mark.parametrize("stragglers", [{1: 1.5}, {0: 2.0, 3: 1.3}, {2: 0.7}])
+def test_stragglers_on_a_pool(profile, strategy, stragglers):
+    for hosts in (4, 7, 16):
+        for kw in OPTIONS.values():
+            check(PROFILES[profile], strategy, hosts, stragglers, "pool", **kw)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+def test_stragglers_on_one_host(strategy):
+    """Every rank on one host's cores: its messages stay inside the host."""
+    for local in (2, 3, 8):
+        check(load_default(), strategy, 1, {1: 1.5}, local=local)
+        check(contended(PROFILE), strategy, 1, {0: 0.5, local - 1: 3.0}, local=local,
+              sync_every=2)
+
+
+def test_what_runs_do_not_cover():
+    """Groups, a slow link, trees and doubling, several ranks a host of several hosts, no
+    straggler (the lockstep's), the parameter server."""
+    cases = [dict(group_size=2), dict(slow_links_Bps={1: 1e6}), dict(algorithm="tree"),
+             dict(algorithm="recursive_doubling"), dict(ranks_per_host=2),
+             dict(stragglers={}), dict(strategy="ps")]
+    for case in cases:
+        case = dict(case)
+        strategy = case.pop("strategy", "ddp")
+        case.setdefault("stragglers", {1: 1.5})
+        assert not fast_runs.covers(run_spec(PROFILE, strategy, 4,
+                                             Scenario(shared_cpu_cores=2, **case)))
+
+
+def events(strategy, ranks):
+    """Processes resumed in one iteration of ``ranks`` with a straggler on a pool."""
+    count = []
+    original = fast_runs._Ring.run
+
+    def run(self):
+        original(self)
+        count.append(self.events)
+
+    fast_runs._Ring.run = run
+    try:
+        predict(load_default(), strategy, ranks,
+                Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                         stragglers={1: 1.5}), engine="fast")
+    finally:
+        fast_runs._Ring.run = original
+    return count[0]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+def test_events_grow_with_the_ranks(strategy):
+    """The DES moves 2p(p-1) messages an all-reduce; the runs take O(p) events an iteration:
+    the delay crosses the ring one rank a step, and ranks in step are one run whose equal
+    steps are one addition."""
+    small, large = events(strategy, 64), events(strategy, 256)
+    assert large < 5 * small, (small, large)
+    assert large < 40 * 256
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
+       strategy=st.sampled_from(["ddp", "ring"]), hosts=st.sampled_from([2, 3, 5, 8, 13]),
+       options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
+       slow=st.dictionaries(st.integers(0, 12), st.sampled_from([0.5, 0.8, 1.2, 1.5, 3.0]),
+                            min_size=1, max_size=3),
+       bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]))
+def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, options, slow,
+                                           bucket_bytes):
+    kw = {}
+    for name in options:
+        kw.update(OPTIONS[name])
+    stragglers = {rank % hosts: factor for rank, factor in slow.items()}
+    if strategy == "ring":
+        kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
+    sc = Scenario(global_batch=64 * hosts, bucket_bytes=bucket_bytes, stragglers=stragglers,
+                  **CPU[cpu], **kw)
+    assert_same(predict(PROFILES[profile], strategy, hosts, sc, engine="des"),
+                predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
+
+
+def test_runs_meet_the_lockstep_without_a_straggler_factor():
+    """A 'straggler' of factor 1 is no straggler: the runs give the lockstep's answer."""
+    sc = Scenario(global_batch=64 * 8, shared_cpu_cores=2, stragglers={3: 1.0})
+    spec = run_spec(load_default(), "ddp", 8, sc)
+    costs = cost_inputs(spec, load_default())
+    finish = fast_runs.iteration(spec, costs, buckets=True, broadcast=False,
+                                 broadcast_end=lambda start: None)[0]
+    lockstep = predict(load_default(), "ddp", 8,
+                       Scenario(global_batch=64 * 8, shared_cpu_cores=2,
+                                broadcast_buffers=False), engine="fast")
+    assert finish.max() == pytest.approx(lockstep.iteration_s, rel=1e-9)
