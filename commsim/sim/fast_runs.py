@@ -131,9 +131,11 @@ class _Run:
 
     def copy(self, lo, n) -> "_Run":
         other = _Run()
-        for name in self.__slots__:
-            setattr(other, name, getattr(self, name))
         other.lo, other.n, other.alive = lo, n, True
+        other.factor, other.fired, other.talked = self.factor, self.fired, self.talked
+        other.depth, other.since, other.finish = self.depth, self.since, self.finish
+        other.compute_s, other.comm_s = self.compute_s, self.comm_s
+        other.sent, other.received = self.sent, self.received
         other.procs = [list(proc) for proc in self.procs]
         return other
 
@@ -178,6 +180,7 @@ class _Ring:
         self.done = 0.0                            # work done by a job running since time 0
         self.groups: dict = {}                     # (end, threads, compute, start) -> _Group
         self.busy = self.computing = self.talking = 0.0
+        self._rates: dict = {}                     # (busy, computing, talking) -> rate
         self.timers: list = []                     # (time, order, run, process)
         self.live_timers = 0
         self.order = 0
@@ -231,39 +234,61 @@ class _Ring:
 
     def _join(self) -> None:
         """Runs ready now, in one state, next to each other become one."""
-        runs = {id(run): run for run, _ in self.ready if run.alive}
-        if len(runs) < 2:
+        if len(self.ready) < 2:
             return
-        for run in sorted(runs.values(), key=lambda r: r.lo):
+        ready = {}
+        for run, _ in self.ready:
+            if run.alive:
+                ready[id(run)] = run
+        if len(ready) < 2:
+            return
+        became = {}
+        for run in sorted(ready.values(), key=lambda r: r.lo):
             if not run.alive or run.n == self.p:
                 continue
-            key = run.key()
-            while key is not None and run.n < self.p:
+            key = None
+            while run.n < self.p:
                 right = self.first.get((run.lo + run.n) % self.p)
-                if right is None or right is run or id(right) not in runs \
-                        or right.key() != key:
+                if right is None or right is run or id(right) not in ready \
+                        or right.factor != run.factor:
+                    break
+                key = run.key() if key is None else key
+                if key is None or right.key() != key:
                     break
                 joined = run.copy(run.lo, run.n + right.n)
                 self._drop(run)
                 self._drop(right)
                 self._adopt(joined)
-                self.ready = [((joined if r is run or r is right else r), k)
-                              for r, k in self.ready]
-                runs[id(joined)] = joined
+                ready[id(joined)] = joined
+                became[id(run)] = became[id(right)] = joined
                 run = joined
+        if not became:
+            return
         seen = set()
-        self.ready = [(r, k) for r, k in self.ready
-                      if r.alive and (id(r), k) not in seen and not seen.add((id(r), k))]
+        out = []
+        for run, k in self.ready:
+            while id(run) in became:
+                run = became[id(run)]
+            if run.alive and (id(run), k) not in seen:
+                seen.add((id(run), k))
+                out.append((run, k))
+        self.ready = out
 
     # -- the pool ----------------------------------------------------------------------------
 
     def _rate(self, busy=None, computing=None) -> float:
-        busy = self.busy if busy is None else busy
-        computing = self.computing if computing is None else computing
-        speed = 1.0
-        if self.talking and self.contention:
-            speed = self.costs.compute_speed(cpu_load(self.cores, computing, self.talking))
-        return job_rate(self.cores, busy, self.efficiency, speed)
+        """Every job's speed on the pool (``ProcessorSharingCPU._rate``), now or with
+        ``busy`` threads of which ``computing`` compute."""
+        key = (self.busy if busy is None else busy,
+               self.computing if computing is None else computing, self.talking)
+        rate = self._rates.get(key)
+        if rate is None:
+            busy, computing, talking = key
+            speed = 1.0
+            if talking and self.contention:
+                speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking))
+            rate = self._rates[key] = job_rate(self.cores, busy, self.efficiency, speed)
+        return rate
 
     def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool) -> None:
         key = (self.done + work, threads, compute, self.now)
@@ -358,18 +383,43 @@ class _Ring:
                 self._adopt(run)
         # Pair with the neighbours that have posted: both ends deliver now, with the inner
         # messages (the same time, added up the same way).
+        # A neighbour that thereby goes on with the run, in the run's state, joins it now.
         for other, side in ((left, 4), (right, 3)):
-            if not (waits_left if side == 4 else waits_right):
+            if not (waits_left if side == 4 else waits_right) and other.alive:
                 theirs = other.procs[k][2]
                 theirs[side] = inner
                 if theirs[3] is not None and theirs[4] is not None:
-                    self._timer(max(theirs[3], theirs[4]), other, k)
+                    done = max(theirs[3], theirs[4])
+                    if run is not None and other is not run and done == inner \
+                            and run.n + other.n <= self.p and self._twins(run, other, k):
+                        lo = other.lo if side == 4 else run.lo
+                        joined = run.copy(lo, run.n + other.n)
+                        self._drop(run)
+                        self._drop(other)
+                        self._adopt(joined)
+                        run = joined
+                    else:
+                        self._timer(done, other, k)
         if run is not None:
             self._timer(inner, run, k)
         if waits_left:
             self._pair(first, k)
         if waits_right:
             self._pair(last, k)
+
+    @staticmethod
+    def _twins(run: _Run, other: _Run, k: int) -> bool:
+        """Whether ``other`` (done with the step ``run`` just posted) is in ``run``'s state."""
+        mine, theirs = run.procs, other.procs
+        if mine[k][:2] != theirs[k][:2]:
+            return False
+        for j, (a, b) in enumerate(zip(mine, theirs)):
+            if j != k and (a[:2] != b[:2] or (a[2] is not b[2] and a[2] != b[2])):
+                return False
+        return (run.factor, run.fired, run.talked, run.depth, run.since, run.compute_s,
+                run.comm_s, run.sent, run.received, run.finish) == \
+            (other.factor, other.fired, other.talked, other.depth, other.since, other.compute_s,
+             other.comm_s, other.sent, other.received, other.finish)
 
     @staticmethod
     def _posted(other: _Run, k: int, step, side: int) -> bool:
@@ -491,21 +541,18 @@ class _Ring:
         self.arrived = []
 
     def _jump(self, batch) -> None:
-        """Where every rank is about to post the same ring step (each run in ``batch`` ready at
-        one program position, in one state but for its compute speed) and nothing else is due
-        but one compute job of them all, equal steps at once (``fast_lockstep.equal_steps``)."""
-        if self.live_timers or len(self.groups) > 1:
+        """Where every rank is about to post the same ring step (``batch`` is every run's
+        collective process, at one program position) and nothing else is due but compute
+        jobs, equal steps at once (``fast_lockstep.equal_steps``)."""
+        if self.live_timers:
             return
-        runs = list(self.first.values())
-        ready = {(id(run), k) for run, k in batch}
         k = self.talker
-        if any((id(run), k) not in ready for run in runs):
+        if len(batch) != len(self.first) or any(j != k for _, j in batch):
             return
-        state = runs[0].state()
-        if state is None or any(run.state() != state for run in runs[1:]) \
-                or len(batch) != len(runs):
-            return
+        runs = [run for run, _ in batch]
         pc, rep, _ = runs[0].procs[k]
+        if any(run.procs[k][0] != pc or run.procs[k][1] != rep for run in runs[1:]):
+            return
         if pc == len(self.programs[k]) or self.programs[k][pc][0] != STEPS:
             return
         _, _, _, nbytes, work, count = self.programs[k][pc]
@@ -514,13 +561,15 @@ class _Ring:
         if rep % 2 or rep == 2 * count:
             return
         jobs = list(self.groups.values())
-        if jobs and not jobs[0].compute:
+        if any(not job.compute for job in jobs):
             return
-        threads = jobs[0].weight if jobs else 0.0
+        # Compute jobs (the ranks' backward, a straggler's longer) all run at the pool's one
+        # speed: the steps are equal until the first of them ends.
+        threads = sum(job.weight for job in jobs)
         gloo = float(self.p)
         jump, step, used = equal_steps(
             count - rep // 2, self._wire_s(nbytes), work,
-            jobs[0].end - self.done if jobs else None,
+            min(job.end for job in jobs) - self.done if jobs else None,
             alone=self._rate(threads, threads), both=self._rate(threads + gloo, threads),
             idle=self._rate(gloo, 0.0))
         if not jump:
