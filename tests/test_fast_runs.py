@@ -58,18 +58,30 @@ def test_stragglers_on_one_host(strategy):
               sync_every=2)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+def test_stragglers_two_ranks_a_host_on_a_pool(strategy):
+    """Each rank's step has a message inside its host and one between hosts."""
+    for hosts in (2, 3, 8):
+        check(load_default(), strategy, hosts, {1: 1.5}, "pool", local=2)
+        check(contended(PROFILE), strategy, hosts, {0: 0.5, 3: 3.0}, "pool, 1.5 cores",
+              local=2, sync_every=2)
+        check(DISTINCT, strategy, hosts, {2: 1.2}, "pool+efficiency", local=2,
+              compression="fp16")
+
+
 def test_what_runs_do_not_cover():
-    """Groups, a slow link, trees and doubling, several ranks a host of several hosts, no
-    straggler (the lockstep's), the parameter server."""
+    """Groups, a slow link, trees and doubling, three ranks a host, two ranks a host on cores
+    of their own, no straggler (the lockstep's), the parameter server."""
     cases = [dict(group_size=2), dict(slow_links_Bps={1: 1e6}), dict(algorithm="tree"),
-             dict(algorithm="recursive_doubling"), dict(ranks_per_host=2),
+             dict(algorithm="recursive_doubling"), dict(ranks_per_host=3),
+             dict(ranks_per_host=2, shared_cpu_cores=None, cores_per_host=1),
              dict(stragglers={}), dict(strategy="ps")]
     for case in cases:
         case = dict(case)
         strategy = case.pop("strategy", "ddp")
         case.setdefault("stragglers", {1: 1.5})
-        assert not fast_runs.covers(run_spec(PROFILE, strategy, 4,
-                                             Scenario(shared_cpu_cores=2, **case)))
+        case.setdefault("shared_cpu_cores", 2)
+        assert not fast_runs.covers(run_spec(PROFILE, strategy, 4, Scenario(**case)))
 
 
 def events(strategy, ranks):
@@ -107,17 +119,20 @@ def test_events_grow_with_the_ranks(strategy):
        options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
        slow=st.dictionaries(st.integers(0, 12), st.sampled_from([0.5, 0.8, 1.2, 1.5, 3.0]),
                             min_size=1, max_size=3),
-       bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]))
+       bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]),
+       local=st.sampled_from([1, 2]))
 def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, options, slow,
-                                           bucket_bytes):
+                                           bucket_bytes, local):
     kw = {}
     for name in options:
         kw.update(OPTIONS[name])
-    stragglers = {rank % hosts: factor for rank, factor in slow.items()}
+    stragglers = {rank % (hosts * local): factor for rank, factor in slow.items()}
+    if local > 1:
+        kw.pop("algorithm", None)         # hierarchical's trees inside hosts: not a world ring
     if strategy == "ring":
         kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
-    sc = Scenario(global_batch=64 * hosts, bucket_bytes=bucket_bytes, stragglers=stragglers,
-                  **CPU[cpu], **kw)
+    sc = Scenario(global_batch=64 * hosts * local, bucket_bytes=bucket_bytes,
+                  ranks_per_host=local, stragglers=stragglers, **CPU[cpu], **kw)
     assert_same(predict(PROFILES[profile], strategy, hosts, sc, engine="des"),
                 predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
 

@@ -527,10 +527,11 @@ def _runs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast_buffers: bo
     finish, compute, comm, sent, received = fast_runs.iteration(
         spec, costs, buckets=buckets, broadcast=broadcast_buffers and _broadcasts(spec, costs),
         broadcast_end=broadcast_end)
-    # One rank a host: its every message crosses its NIC; on one host, none does.
-    crossing = spec.cluster.hosts > 1
-    tx = _hosts_of(spec, sent if crossing else np.zeros(p))
-    rx = _hosts_of(spec, received if crossing else np.zeros(p))
+    # A rank's messages to the next rank cross its NIC where they leave its host, and the
+    # next rank receives them over its own.
+    out = fast_runs.crosses(spec)
+    tx = _hosts_of(spec, np.where(out, sent, 0.0))
+    rx = _hosts_of(spec, np.where(np.roll(out, 1), received, 0.0))
     if broadcast:
         run = broadcast[0]
         sent, received = sent + run.sent, received + run.received

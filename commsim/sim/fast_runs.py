@@ -13,9 +13,11 @@ one rank's events stand for its run's:
    backward) and ``strategies.ddp`` (buckets on a communication process beside backward, the
    buffer broadcast, fp16), as instruction lists (``_programs``);
 2. the pool: a job is ``(work, threads)``; runs that start the same job at one instant share a
-   job group, whose end is where the pool's work done (every job's, ``self.done``) reaches its
-   start's plus its work; the rate is ``costs.job_rate`` over the groups' threads, times the
-   calibrated compute speed while ranks communicate, as ``engine.ProcessorSharingCPU``;
+   job group, whose work left is taken off at the instants and in the arithmetic of
+   ``engine.ProcessorSharingCPU`` (a job's start or end, a rank entering or leaving a
+   collective), so that near-ties between events fall as in the DES; the rate is
+   ``costs.job_rate`` over the groups' threads, times the calibrated compute speed while ranks
+   communicate;
 3. a ring step of a run posted at t delivers its inner messages at t + the message's time (the
    wire at the contended bandwidth at the pool's load then, one latency); its end ranks' other
    messages pair with the neighbouring runs' when both have posted; a run whose ranks end the
@@ -41,8 +43,10 @@ JOB, ENTER, EXIT, WAIT, BROADCAST, SIGNAL, AWAIT, AWAIT_END, STEPS, FINISH = ran
 
 
 def covers(spec: RunSpec) -> bool:
-    """A world ring (DDP's or a ring per tensor) of stragglers on one pool of cores: one rank a
-    host on the pool, or every rank on one host."""
+    """A world ring (DDP's or a ring per tensor) of stragglers on one pool of cores: one or two
+    ranks a host on the pool, or every rank on one host.  (With two, each rank's messages of a
+    step are one inside its host and one between hosts, and it waits for both: ranks of a run
+    still go on together.)"""
     from commsim.strategies import get_strategy
 
     c = spec.cluster
@@ -54,7 +58,15 @@ def covers(spec: RunSpec) -> bool:
     p = spec.world_size
     if algorithm != "ring" or (spec.group_size or p) != p or p < 2:
         return False
-    return c.hosts == 1 or (c.shared_cpu_cores is not None and c.ranks_per_host == 1)
+    return c.hosts == 1 or (c.shared_cpu_cores is not None and c.ranks_per_host <= 2)
+
+
+def crosses(spec: RunSpec):
+    """Per rank, whether its ring message to the next rank leaves its host."""
+    c = spec.cluster
+    ranks = np.arange(spec.world_size)
+    return (c.hosts > 1) & (ranks // c.ranks_per_host
+                            != (ranks + 1) % spec.world_size // c.ranks_per_host)
 
 
 def _programs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast: bool):
@@ -115,12 +127,12 @@ def _programs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast: bool):
 
 
 class _Group:
-    """Equal jobs started at one instant: they end when the pool's work done reaches
-    ``end``."""
-    __slots__ = ("end", "weight", "compute", "start", "members")
+    """Equal jobs started at one instant: ``left`` work each, taken off as the DES's CPU
+    takes it off its jobs (so that they end at its instants to the last bit)."""
+    __slots__ = ("left", "weight", "compute", "start", "members")
 
-    def __init__(self, end, compute, start):
-        self.end, self.weight, self.compute, self.start = end, 0.0, compute, start
+    def __init__(self, left, compute, start):
+        self.left, self.weight, self.compute, self.start = left, 0.0, compute, start
         self.members = []                          # (run, process)
 
 
@@ -168,7 +180,8 @@ class _Ring:
         self.cores = c.shared_cpu_cores if c.shared_cpu_cores is not None else c.cores_per_host
         self.efficiency = c.cpu_efficiency
         self.contention = bool(costs.contention)
-        self.inter = c.hosts > 1
+        self.crosses = crosses(spec).tolist()      # rank -> its message right leaves the host
+        self.kinds = sorted(set(self.crosses))     # the kinds of messages a step has
         self.intra_latency_s, bandwidth = intra_link(c)
         self.intra_per_byte = 1.0 / bandwidth
         self.latency_s = c.nic_latency_s
@@ -177,7 +190,8 @@ class _Ring:
         self.talker = len(programs) - 1            # the process that runs the collectives
         self.broadcast_end = broadcast_end
         self.now = 0.0
-        self.done = 0.0                            # work done by a job running since time 0
+        self.cpu_last = 0.0                        # when the pool's jobs were last advanced
+        self.cpu_due = None                        # when its next job ends, set then
         self.groups: dict = {}                     # (end, threads, compute, start) -> _Group
         self.busy = self.computing = self.talking = 0.0
         self._rates: dict = {}                     # (busy, computing, talking) -> rate
@@ -291,24 +305,38 @@ class _Ring:
         return rate
 
     def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool) -> None:
-        key = (self.done + work, threads, compute, self.now)
+        self._cpu_event()
+        key = (work, threads, compute, self.now)
         group = self.groups.get(key)
         if group is None:
-            group = self.groups[key] = _Group(key[0], compute, self.now)
+            group = self.groups[key] = _Group(work, compute, self.now)
         group.weight += run.n * threads
         group.members.append((run, k))
         self.busy += run.n * threads
         if compute:
             self.computing += run.n * threads
         run.procs[k][2] = ("job", group)
+        self._reschedule()
 
-    def _advance(self, t: float) -> None:
-        if t > self.now:
-            self.done += (t - self.now) * self._rate()
-            self.now = t
+    def _cpu_event(self) -> None:
+        """The pool's jobs advanced to now at the speed they had
+        (``ProcessorSharingCPU._advance``, at the same instants)."""
+        if self.groups and self.now > self.cpu_last:
+            progress = (self.now - self.cpu_last) * self._rate()
+            for group in self.groups.values():
+                group.left -= progress
+        self.cpu_last = self.now
+
+    def _reschedule(self) -> None:
+        """When the next job ends at the speed from now on (``_reschedule``)."""
+        self.cpu_due = None
+        if self.groups:
+            self.cpu_due = self.now + max(
+                0.0, min(group.left for group in self.groups.values()) / self._rate())
 
     def _end_jobs(self) -> None:
-        left = {key: [group.end - self.done] for key, group in self.groups.items()}
+        self._cpu_event()
+        left = {key: [group.left] for key, group in self.groups.items()}
         for key in finished(left):
             group = self.groups.pop(key)
             self.busy -= group.weight
@@ -320,6 +348,7 @@ class _Ring:
                         run.compute_s += self.now - group.start
                     run.procs[k][2] = None
                     self.ready.append((run, k))
+        self._reschedule()
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -333,17 +362,20 @@ class _Ring:
         return per_byte
 
     def _wire_s(self, nbytes: float) -> float:
-        """A message's time from both posts to its delivery, posted now."""
-        if not self.inter:
-            return self.intra_latency_s + nbytes * self.intra_per_byte
-        return nbytes * self._per_byte() + self.latency_s
+        """A step's time from every rank's post to its last delivery, posted now."""
+        return max(self._delivered(nbytes, kind) for kind in self.kinds) - self.now
 
-    def _delivered(self, nbytes: float) -> float:
-        """When a message both ends post now arrives, added up as ``engine.Network._transfer``
-        does."""
-        if not self.inter:
+    def _delivered(self, nbytes: float, crossing: bool) -> float:
+        """When a message both ends post now arrives (between hosts, or inside one), added
+        up as ``engine.Network._transfer`` does."""
+        if not crossing:
             return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
         return self.now + nbytes * self._per_byte() + self.latency_s
+
+    def _inner(self, nbytes: float) -> float:
+        """When a rank whose both messages of a step are posted now goes on: the later of
+        them (one of each kind where hosts hold two ranks of the ring)."""
+        return max(self._delivered(nbytes, kind) for kind in self.kinds)
 
     def _post(self, run: _Run, k: int, step, nbytes: float) -> None:
         """``run``'s ranks post a ring step (a send right, a receive left).  Its messages
@@ -353,7 +385,7 @@ class _Ring:
         run.sent += nbytes
         run.received += nbytes
         if run.n == self.p:
-            self._timer(self._delivered(nbytes), run, k)
+            self._timer(self._inner(nbytes), run, k)
             return
         if run.n == 1:
             run.procs[k][2] = ["step", step, nbytes, None, None]
@@ -363,31 +395,34 @@ class _Ring:
         right = self.first[(run.lo + run.n) % self.p]
         waits_left = not self._posted(left, k, step, 4)
         waits_right = not self._posted(right, k, step, 3)
-        inner = self._delivered(nbytes)
+        p, hop = self.p, self.crosses
+        inner = self._inner(nbytes)
         if waits_left or waits_right:
             self._drop(run)
             lo, n = run.lo, run.n
             if waits_left:
                 first = run.copy(lo, 1)
-                first.procs[k][2] = ["step", step, nbytes, None, inner]
+                first.procs[k][2] = ["step", step, nbytes, None,
+                                     self._delivered(nbytes, hop[lo])]
                 self._adopt(first)
-                lo, n = (lo + 1) % self.p, n - 1
+                lo, n = (lo + 1) % p, n - 1
             if waits_right:
-                last = run.copy((lo + n - 1) % self.p, 1)
-                last.procs[k][2] = ["step", step, nbytes, inner, None]
+                last = run.copy((lo + n - 1) % p, 1)
+                last.procs[k][2] = ["step", step, nbytes,
+                                    self._delivered(nbytes, hop[(lo + n - 2) % p]), None]
                 self._adopt(last)
                 n -= 1
             run = run.copy(lo, n) if n else None
             if run is not None:
                 run.procs[k][2] = None
                 self._adopt(run)
-        # Pair with the neighbours that have posted: both ends deliver now, with the inner
-        # messages (the same time, added up the same way).
-        # A neighbour that thereby goes on with the run, in the run's state, joins it now.
+        # Pair with the neighbours that have posted: both ends deliver now.  A neighbour that
+        # thereby goes on with the run, in the run's state, joins it now.
+        edges = {4: hop[(left.lo + left.n - 1) % p], 3: hop[(right.lo - 1) % p]}
         for other, side in ((left, 4), (right, 3)):
             if not (waits_left if side == 4 else waits_right) and other.alive:
                 theirs = other.procs[k][2]
-                theirs[side] = inner
+                theirs[side] = self._delivered(nbytes, edges[side])
                 if theirs[3] is not None and theirs[4] is not None:
                     done = max(theirs[3], theirs[4])
                     if run is not None and other is not run and done == inner \
@@ -432,14 +467,15 @@ class _Ring:
         """A one-rank run waiting on a ring step: deliver its messages to and from the
         neighbouring ranks that have posted theirs."""
         pending = run.procs[k][2]
-        for side, other in ((3, self.last[(run.lo - 1) % self.p]),
-                            (4, self.first[(run.lo + 1) % self.p])):
+        p = self.p
+        for side, other, edge in ((3, self.last[(run.lo - 1) % p], self.crosses[(run.lo - 1) % p]),
+                                  (4, self.first[(run.lo + 1) % p], self.crosses[run.lo])):
             if pending[side] is not None:
                 continue
             theirs = other.procs[k][2]
             if theirs is None or theirs[0] != "step" or theirs[1] != pending[1]:
                 continue
-            t = self._delivered(pending[2])
+            t = self._delivered(pending[2], edge)
             pending[side] = t
             theirs[7 - side] = t
             if theirs[3] is not None and theirs[4] is not None:
@@ -494,13 +530,17 @@ class _Ring:
             elif kind == ENTER:
                 if run.depth == 0:
                     run.since = self.now
+                    self._cpu_event()
                     self.talking += run.n
+                    self._reschedule()
                 run.depth += 1
             elif kind == EXIT:
                 run.depth -= 1
                 if run.depth == 0:
                     run.comm_s += self.now - run.since
+                    self._cpu_event()
                     self.talking -= run.n
+                    self._reschedule()
             elif kind == WAIT:
                 self._timer(self.now + ins[1], run, k)
                 return
@@ -569,13 +609,17 @@ class _Ring:
         gloo = float(self.p)
         jump, step, used = equal_steps(
             count - rep // 2, self._wire_s(nbytes), work,
-            min(job.end for job in jobs) - self.done if jobs else None,
+            min(job.left for job in jobs) if jobs else None,
             alone=self._rate(threads, threads), both=self._rate(threads + gloo, threads),
             idle=self._rate(gloo, 0.0))
         if not jump:
             return
+        self._cpu_event()
         self.now += jump * step
-        self.done += jump * used
+        for job in jobs:
+            job.left -= jump * used
+        self.cpu_last = self.now
+        self._reschedule()
         for run in runs:
             run.procs[k][1] = rep + 2 * jump
             run.sent += jump * nbytes
@@ -594,14 +638,11 @@ class _Ring:
             while self.timers and not self.timers[0][2].alive:
                 heapq.heappop(self.timers)
             due_timer = self.timers[0][0] if self.timers else None
-            due_job = None
-            if self.groups:
-                due_job = self.now + (min(g.end for g in self.groups.values()) - self.done) \
-                    / self._rate()
+            due_job = self.cpu_due
             if due_timer is None and due_job is None:
                 return
             if due_timer is not None and (due_job is None or due_timer <= due_job):
-                self._advance(due_timer)
+                self.now = max(self.now, due_timer)
                 while self.timers and self.timers[0][0] <= self.now:
                     t, _, run, k = heapq.heappop(self.timers)
                     if run.alive and run.procs[k][2] == ("timer", t):
@@ -609,7 +650,7 @@ class _Ring:
                         run.procs[k][2] = None
                         self.ready.append((run, k))
                 continue
-            self._advance(due_job)
+            self.now = max(self.now, due_job)
             self._end_jobs()
 
     def per_rank(self):
