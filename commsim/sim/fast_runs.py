@@ -138,22 +138,19 @@ class _Group:
 
 class _Run:
     """Ranks lo, lo+1, ..., lo+n-1 (mod p) in one state."""
-    __slots__ = ("lo", "n", "factor", "procs", "fired", "talked", "depth", "since", "compute_s",
-                 "comm_s", "sent", "received", "finish", "alive")
+    __slots__ = ("lo", "n", "procs", "fired", "talked", "depth", "sent", "received", "alive")
 
     def copy(self, lo, n) -> "_Run":
         other = _Run()
         other.lo, other.n, other.alive = lo, n, True
-        other.factor, other.fired, other.talked = self.factor, self.fired, self.talked
-        other.depth, other.since, other.finish = self.depth, self.since, self.finish
-        other.compute_s, other.comm_s = self.compute_s, self.comm_s
+        other.fired, other.talked, other.depth = self.fired, self.talked, self.depth
         other.sent, other.received = self.sent, self.received
         other.procs = [list(proc) for proc in self.procs]
         return other
 
     def state(self):
-        """Where its processes are and what they wait for: what its timing depends on, but
-        for its compute speed (``factor``)."""
+        """Where its processes are and what they wait for: what its timing depends on (its
+        ranks' compute speeds only where a compute job starts, which splits it by speed)."""
         procs = []
         for pc, rep, pending in self.procs:
             if pending is not None and pending[0] == "job":
@@ -161,13 +158,9 @@ class _Run:
             elif pending is not None and pending[0] == "step":
                 return None                        # waiting on a neighbour: never joined
             procs.append((pc, rep, pending))
-        return self.fired, self.talked, self.depth, tuple(procs)
+        return self.fired, self.talked, self.depth, self.sent, tuple(procs)
 
-    def key(self):
-        """Everything that makes two runs act alike from now on and report alike."""
-        state = self.state()
-        return state and (state, self.factor, self.since, self.compute_s, self.comm_s,
-                          self.sent, self.received, self.finish)
+    key = state
 
 
 class _Ring:
@@ -203,19 +196,19 @@ class _Ring:
         self.last: dict = {}                       # last rank -> run
         self.arrived: list = []                    # (run, process, time) at the broadcast
         self.events = 0
-        factors = [spec.stragglers.get(r, 1.0) for r in range(self.p)]
-        lo = 0
-        for r in range(1, self.p + 1):
-            if r == self.p or factors[r] != factors[lo]:
-                run = _Run()
-                run.lo, run.n, run.factor = lo, r - lo, factors[lo]
-                run.procs = [[0, 0, None] for _ in programs]
-                run.fired, run.talked, run.depth, run.since = 0, False, 0, 0.0
-                run.compute_s = run.comm_s = run.sent = run.received = run.finish = 0.0
-                run.alive = True
-                self._place(run)
-                self.ready += [(run, k) for k in range(len(programs))]
-                lo = r
+        # Per rank: its compute speed, and what it reports.  Ranks of one run share these
+        # but for the compute seconds (a compute job splits a run by speed).
+        self.factor = np.array([spec.stragglers.get(r, 1.0) for r in range(self.p)])
+        self.compute_s = np.zeros(self.p)
+        self.comm_s = np.zeros(self.p)
+        self.since = np.zeros(self.p)
+        self.finish = np.full(self.p, np.nan)
+        run = _Run()
+        run.lo, run.n, run.alive = 0, self.p, True
+        run.procs = [[0, 0, None] for _ in programs]
+        run.fired, run.talked, run.depth, run.sent, run.received = 0, False, 0, 0.0, 0.0
+        self._place(run)
+        self.ready += [(run, k) for k in range(len(programs))]
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -223,21 +216,27 @@ class _Ring:
         self.first[run.lo] = run
         self.last[(run.lo + run.n - 1) % self.p] = run
 
-    def _drop(self, run: _Run) -> None:
-        run.alive = False
+    def _unplace(self, run: _Run) -> None:
         if self.first.get(run.lo) is run:
             del self.first[run.lo]
         end = (run.lo + run.n - 1) % self.p
         if self.last.get(end) is run:
             del self.last[end]
+
+    def _drop(self, run: _Run) -> None:
+        run.alive = False
+        self._unplace(run)
         self.live_timers -= sum(1 for proc in run.procs
                                 if proc[2] is not None and proc[2][0] == "timer")
 
-    def _adopt(self, run: _Run) -> None:
-        """Put a new run where its pending jobs, timers and waits will find it."""
+    def _adopt(self, run: _Run, executing: int | None = None) -> None:
+        """Put a new run where its pending jobs, timers and waits will find it, and its
+        processes that were ready (all but ``executing``, the one that made it) in line."""
         self._place(run)
         for k, (_, _, pending) in enumerate(run.procs):
             if pending is None:
+                if k != executing:
+                    self.ready.append((run, k))
                 continue
             if pending[0] == "job":
                 pending[1].members.append((run, k))
@@ -263,8 +262,7 @@ class _Ring:
             key = None
             while run.n < self.p:
                 right = self.first.get((run.lo + run.n) % self.p)
-                if right is None or right is run or id(right) not in ready \
-                        or right.factor != run.factor:
+                if right is None or right is run or id(right) not in ready:
                     break
                 key = run.key() if key is None else key
                 if key is None or right.key() != key:
@@ -303,6 +301,29 @@ class _Ring:
                 speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking))
             rate = self._rates[key] = job_rate(self.cores, busy, self.efficiency, speed)
         return rate
+
+    def _spans(self, run: _Run):
+        """``run``'s ranks as slices of the per-rank arrays (two where it wraps round)."""
+        lo, n, p = run.lo, run.n, self.p
+        return (slice(lo, lo + n),) if lo + n <= p else (slice(lo, p), slice(0, lo + n - p))
+
+    def _compute(self, run: _Run, k: int, work: float, threads: float) -> None:
+        """Process ``k`` of ``run`` starts a compute job of ``work`` times each rank's speed:
+        ranks of different speeds part here, into arcs of one speed each."""
+        factor = np.concatenate([self.factor[span] for span in self._spans(run)])
+        cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
+        if len(cuts) > 2:
+            self._drop(run)
+            pieces = [run.copy((run.lo + a) % self.p, b - a) for a, b in zip(cuts, cuts[1:])]
+            for piece in pieces:
+                self._adopt(piece, k)
+        else:
+            pieces = [run]
+        for piece, a in zip(pieces, cuts):
+            if work * factor[a] > 0:
+                self._job(piece, k, work * factor[a], threads, True)
+            else:
+                self.ready.append((piece, k))
 
     def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool) -> None:
         self._cpu_event()
@@ -345,7 +366,8 @@ class _Ring:
             for run, k in group.members:
                 if run.alive and run.procs[k][2] is not None and run.procs[k][2][1] is group:
                     if group.compute:
-                        run.compute_s += self.now - group.start
+                        for span in self._spans(run):
+                            self.compute_s[span] += self.now - group.start
                     run.procs[k][2] = None
                     self.ready.append((run, k))
         self._reschedule()
@@ -404,18 +426,18 @@ class _Ring:
                 first = run.copy(lo, 1)
                 first.procs[k][2] = ["step", step, nbytes, None,
                                      self._delivered(nbytes, hop[lo])]
-                self._adopt(first)
+                self._adopt(first, k)
                 lo, n = (lo + 1) % p, n - 1
             if waits_right:
                 last = run.copy((lo + n - 1) % p, 1)
                 last.procs[k][2] = ["step", step, nbytes,
                                     self._delivered(nbytes, hop[(lo + n - 2) % p]), None]
-                self._adopt(last)
+                self._adopt(last, k)
                 n -= 1
             run = run.copy(lo, n) if n else None
             if run is not None:
                 run.procs[k][2] = None
-                self._adopt(run)
+                self._adopt(run, k)
         # Pair with the neighbours that have posted: both ends deliver now.  A neighbour that
         # thereby goes on with the run, in the run's state, joins it now.
         edges = {4: hop[(left.lo + left.n - 1) % p], 3: hop[(right.lo - 1) % p]}
@@ -427,12 +449,12 @@ class _Ring:
                     done = max(theirs[3], theirs[4])
                     if run is not None and other is not run and done == inner \
                             and run.n + other.n <= self.p and self._twins(run, other, k):
-                        lo = other.lo if side == 4 else run.lo
-                        joined = run.copy(lo, run.n + other.n)
-                        self._drop(run)
+                        # (in place: the run keeps its jobs and timers, which are the
+                        # other's too)
+                        self._unplace(run)
                         self._drop(other)
-                        self._adopt(joined)
-                        run = joined
+                        run.lo, run.n = (other.lo if side == 4 else run.lo), run.n + other.n
+                        self._place(run)
                     else:
                         self._timer(done, other, k)
         if run is not None:
@@ -451,10 +473,8 @@ class _Ring:
         for j, (a, b) in enumerate(zip(mine, theirs)):
             if j != k and (a[:2] != b[:2] or (a[2] is not b[2] and a[2] != b[2])):
                 return False
-        return (run.factor, run.fired, run.talked, run.depth, run.since, run.compute_s,
-                run.comm_s, run.sent, run.received, run.finish) == \
-            (other.factor, other.fired, other.talked, other.depth, other.since, other.compute_s,
-             other.comm_s, other.sent, other.received, other.finish)
+        return (run.fired, run.talked, run.depth, run.sent) == \
+            (other.fired, other.talked, other.depth, other.sent)
 
     @staticmethod
     def _posted(other: _Run, k: int, step, side: int) -> bool:
@@ -523,13 +543,16 @@ class _Ring:
             proc[0] = pc + 1
             if kind == JOB:
                 _, work, threads, compute = ins
-                work = work * run.factor if compute else work
+                if compute:
+                    self._compute(run, k, work, threads)
+                    return
                 if work > 0:
                     self._job(run, k, work, threads, compute)
                     return
             elif kind == ENTER:
                 if run.depth == 0:
-                    run.since = self.now
+                    for span in self._spans(run):
+                        self.since[span] = self.now
                     self._cpu_event()
                     self.talking += run.n
                     self._reschedule()
@@ -537,7 +560,8 @@ class _Ring:
             elif kind == EXIT:
                 run.depth -= 1
                 if run.depth == 0:
-                    run.comm_s += self.now - run.since
+                    for span in self._spans(run):
+                        self.comm_s[span] += self.now - self.since[span]
                     self._cpu_event()
                     self.talking -= run.n
                     self._reschedule()
@@ -565,7 +589,8 @@ class _Ring:
                     proc[2] = ("end",)
                     return
             elif kind == FINISH:
-                run.finish = self.now
+                for span in self._spans(run):
+                    self.finish[span] = self.now
 
     def _broadcast(self) -> None:
         """Every rank has reached the buffer broadcast: all leave when it is over."""
@@ -655,12 +680,11 @@ class _Ring:
 
     def per_rank(self):
         """(finish, compute, comm, sent, received), each an array over the ranks."""
-        out = np.zeros((5, self.p))
+        sent, received = np.zeros(self.p), np.zeros(self.p)
         for run in self.first.values():
-            idx = (run.lo + np.arange(run.n)) % self.p
-            out[:, idx] = np.array([run.finish, run.compute_s, run.comm_s, run.sent,
-                                    run.received])[:, None]
-        return out
+            for span in self._spans(run):
+                sent[span], received[span] = run.sent, run.received
+        return self.finish, self.compute_s, self.comm_s, sent, received
 
 
 def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast: bool,
@@ -670,6 +694,6 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast: boo
     ``broadcast_end(start)``: when it ends, from each rank's start."""
     ring = _Ring(spec, costs, _programs(spec, costs, buckets, broadcast), broadcast_end)
     ring.run()
-    if any(run.finish == 0.0 for run in ring.first.values()):
+    if np.isnan(ring.finish).any():
         raise NotExact("a rank of the runs did not finish")      # a bug, never a guess
     return ring.per_rank()
