@@ -55,9 +55,10 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
    from its mean on, the recurrences.  dp on a pool is an event loop over device 0's serial
    phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
-6. A world ring of stragglers on one pool (``commsim.sim.fast_runs``): runs of consecutive
-   ranks in one state, one rank's events standing for its run's; only a run's end ranks can
-   part from it, and runs that go on together join again.  O(p) events an iteration.
+6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
+   (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
+   standing for its run's; only a run's end ranks can part from it, and runs that go on
+   together join again.  O(p) events an iteration.
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
@@ -65,7 +66,8 @@ broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1
 share a CPU beyond the recurrences' rates (a pool of cores, an efficiency curve, calibrated
 contention, more runnable threads than cores) are exact where the ranks of a CPU keep in step
 (``_in_step``: equal jobs running together), on lockstep worlds (4.), for the linear parameter
-server and dp on a pool (5.), and elsewhere replayed with the DES's processor sharing: every rank's
+server and dp on a pool (5.), for a world ring of stragglers on a pool (6.), and elsewhere
+replayed with the DES's processor sharing: every rank's
 process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``_replays_cpu``; ``_sync_replayed`` with ``Run.sharing``, ``_linear_ps_replayed``,
 ``_binomial_ps_replayed``, ``_data_parallel_replayed``).  Where it is not exact,
