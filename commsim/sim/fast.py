@@ -425,7 +425,11 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             if not _replays_cpu(spec, costs):    # a tree's classes parted: replay every rank
                 raise
     if shares_cpu and fast_runs.covers(spec):
-        return _runs(spec, costs, buckets, broadcast_buffers)
+        try:
+            return _runs(spec, costs, buckets, broadcast_buffers)
+        except NotExact:
+            if not _replays_cpu(spec, costs):    # the runs kept parting: replay every rank
+                raise
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"     # every host's ring rank is the host: the same messages
