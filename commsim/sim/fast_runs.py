@@ -640,9 +640,12 @@ class _Ring:
         # speed: the steps are equal until the first of them ends.
         threads = sum(job.weight for job in jobs)
         gloo = float(self.p)
+        # The jobs' work left as of now (taken off them only if the steps are taken: the DES
+        # advances its jobs at its CPU's events alone, and rounding follows that).
+        done = (self.now - self.cpu_last) * self._rate() if jobs else 0.0
         jump, step, used = equal_steps(
             count - rep // 2, self._wire_s(nbytes), work,
-            min(job.left for job in jobs) if jobs else None,
+            min(job.left for job in jobs) - done if jobs else None,
             alone=self._rate(threads, threads), both=self._rate(threads + gloo, threads),
             idle=self._rate(gloo, 0.0))
         if not jump:
