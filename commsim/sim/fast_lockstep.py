@@ -179,10 +179,6 @@ class _Lockstep:
         self.finish = [0.0] * n
         self._since = [0.0] * n
 
-    @property
-    def bytes(self) -> float:
-        return self.sent[0]
-
     # -- the CPU ---------------------------------------------------------------------------
 
     def load(self, compute: bool, comm: bool) -> float:

@@ -6,8 +6,9 @@ end them together, and a ring step whose ranks all post at one instant delivers 
 at one instant.  A straggler parts the ring only where its delay has reached: the ranks after
 it stop one step later each while it computes (a staircase), and its delay then travels round
 the ring one rank a step.  So the ranks form *runs*, arcs of consecutive ranks in one state
-(the program position of each of their processes, their pending job or time, their stats), and
-one rank's events stand for its run's:
+(the program position of each of their processes, their pending job or time), and one rank's
+events stand for its run's; its ranks' compute speeds and reported seconds are kept per rank,
+and a compute job splits a run by speed:
 
 1. programs: the rank processes of ``strategies.ring`` (every tensor all-reduced after
    backward) and ``strategies.ddp`` (buckets on a communication process beside backward, the
@@ -19,12 +20,15 @@ one rank's events stand for its run's:
    ``costs.job_rate`` over the groups' threads, times the calibrated compute speed while ranks
    communicate;
 3. a ring step of a run posted at t delivers its inner messages at t + the message's time (the
-   wire at the contended bandwidth at the pool's load then, one latency); its end ranks' other
-   messages pair with the neighbouring runs' when both have posted; a run whose ranks end the
-   step at different instants splits (its first rank, its middle, its last);
-4. runs ready at one instant in one state next to each other join again.
-Where every rank is one run, equal steps with nothing else due are one addition, as in
-``fast_lockstep``.  With one straggler, O(p) events an all-reduce instead of the DES's O(p²).
+   wire at the contended bandwidth at the pool's load then, one latency; with two ranks a host
+   the later of a message inside the host and one between hosts); its end ranks' other
+   messages pair with the neighbouring runs' when both have posted: an end rank whose
+   neighbour has not posted splits off to wait for it;
+4. runs ready at one instant in one state next to each other join again, and a waiting
+   neighbour that a run's message releases joins it at once.
+Where every rank posts the same step with nothing else due but compute jobs, equal steps are
+one addition, as in ``fast_lockstep``.  With one straggler, O(p) events an iteration instead
+of the DES's O(p²) messages an all-reduce; a budget of events stops runs that keep parting.
 """
 from __future__ import annotations
 
@@ -165,8 +169,6 @@ class _Run:
             procs.append((pc, rep, pending))
         return self.fired, self.talked, self.depth, self.sent, tuple(procs)
 
-    key = state
-
 
 class _Ring:
     """The event loop over runs."""
@@ -190,7 +192,7 @@ class _Ring:
         self.now = 0.0
         self.cpu_last = 0.0                        # when the pool's jobs were last advanced
         self.cpu_due = None                        # when its next job ends, set then
-        self.groups: dict = {}                     # (end, threads, compute, start) -> _Group
+        self.groups: dict = {}                     # (work, threads, compute, start) -> _Group
         self.busy = self.computing = self.talking = 0.0
         self._rates: dict = {}                     # (busy, computing, talking) -> rate
         self.timers: list = []                     # (time, order, run, process)
@@ -272,8 +274,8 @@ class _Ring:
                 right = self.first.get((run.lo + run.n) % self.p)
                 if right is None or right is run or id(right) not in ready:
                     break
-                key = run.key() if key is None else key
-                if key is None or right.key() != key:
+                key = run.state() if key is None else key
+                if key is None or right.state() != key:
                     break
                 joined = run.copy(run.lo, run.n + right.n)
                 self._drop(run)
