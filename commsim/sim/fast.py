@@ -392,6 +392,26 @@ def _broadcasts(spec: RunSpec, costs: CostInputs) -> bool:
     return spec.broadcast_buffers and spec.world_size > 1 and costs.buffer_bytes > 0
 
 
+class _BroadcastOnce:
+    """DDP's buffer broadcast for an engine that learns when its ranks start it as it goes:
+    called with their starts, when it ends (``_buffer_broadcast``); ``add`` puts its bytes on
+    an iteration's (sent, received, NIC transmit, NIC receive)."""
+
+    def __init__(self, spec: RunSpec, costs: CostInputs):
+        self.spec, self.costs, self.run = spec, costs, None
+
+    def __call__(self, start):
+        end, self.run = _buffer_broadcast(self.spec, self.costs, start)
+        return end
+
+    def add(self, sent, received, tx, rx):
+        run, spec = self.run, self.spec
+        if run is None:
+            return sent, received, tx, rx
+        return (sent + run.sent, received + run.received, tx + _hosts_of(spec, run.nic_sent),
+                rx + _hosts_of(spec, run.nic_received))
+
+
 def _buffer_broadcast(spec: RunSpec, costs: CostInputs, start):
     """DDP's buffer broadcast (``collectives.broadcast_buffers``) from per-rank ``start``: a
     binomial tree from rank 0, every rank leaving when the last one is done.  Returns (that
@@ -488,15 +508,9 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
     ranks all act at the same instants, or (trees) whose classes of ranks do
     (``fast_lockstep``): one rank's events stand for its class."""
     p = spec.world_size
-    broadcast = []
-
-    def broadcast_end(begin: float):
-        end, run = _buffer_broadcast(spec, costs, np.full(p, begin))
-        broadcast.append(run)
-        return end
-
+    broadcast = _BroadcastOnce(spec, costs)
     ranks_class, finish, compute, comm, sent, received = fast_lockstep.iteration(
-        spec, costs, buckets=buckets, broadcast_end=broadcast_end)
+        spec, costs, buckets=buckets, broadcast_end=lambda begin: broadcast(np.full(p, begin)))
     of = np.asarray(ranks_class)
     finish, compute, comm, sent, received = (np.asarray(x, dtype=float)[of] for x in
                                              (finish, compute, comm, sent, received))
@@ -512,37 +526,23 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
         crosses = c.hosts > 1 and (spec.group_size or p) > c.ranks_per_host
         crossing_tx = crossing_rx = np.where(last, sent, 0.0) if crosses else np.zeros(p)
     tx, rx = _hosts_of(spec, crossing_tx), _hosts_of(spec, crossing_rx)
-    if broadcast and broadcast[0] is not None:
-        run = broadcast[0]
-        sent, received = sent + run.sent, received + run.received
-        tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)
-    return _timing(p, finish, compute, comm, sent, received, tx, rx)
+    return _timing(p, finish, compute, comm, *broadcast.add(sent, received, tx, rx))
 
 
 def _runs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast_buffers: bool) -> Timing:
     """``ring_like`` for a world ring of stragglers on one pool of cores, by runs of ranks
     alike (``fast_runs``)."""
     p = spec.world_size
-    broadcast = []
-
-    def broadcast_end(start):
-        end, run = _buffer_broadcast(spec, costs, start)
-        broadcast.append(run)
-        return end
-
+    broadcast = _BroadcastOnce(spec, costs)
     finish, compute, comm, sent, received = fast_runs.iteration(
         spec, costs, buckets=buckets, broadcast=broadcast_buffers and _broadcasts(spec, costs),
-        broadcast_end=broadcast_end)
+        broadcast_end=broadcast)
     # A rank's messages to the next rank cross its NIC where they leave its host, and the
     # next rank receives them over its own.
     out = fast_runs.crosses(spec)
     tx = _hosts_of(spec, np.where(out, sent, 0.0))
     rx = _hosts_of(spec, np.where(np.roll(out, 1), received, 0.0))
-    if broadcast:
-        run = broadcast[0]
-        sent, received = sent + run.sent, received + run.received
-        tx, rx = tx + _hosts_of(spec, run.nic_sent), rx + _hosts_of(spec, run.nic_received)
-    return _timing(p, finish, compute, comm, sent, received, tx, rx)
+    return _timing(p, finish, compute, comm, *broadcast.add(sent, received, tx, rx))
 
 
 def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,
