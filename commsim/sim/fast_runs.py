@@ -395,7 +395,7 @@ class _Ring:
 
     def _wire_s(self, nbytes: float) -> float:
         """A step's time from every rank's post to its last delivery, posted now."""
-        return max(self._delivered(nbytes, kind) for kind in self.kinds) - self.now
+        return self._inner(nbytes) - self.now
 
     def _delivered(self, nbytes: float, crossing: bool) -> float:
         """When a message both ends post now arrives (between hosts, or inside one), added
@@ -404,10 +404,14 @@ class _Ring:
             return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
         return self.now + nbytes * self._per_byte() + self.latency_s
 
+    def _arrivals(self, nbytes: float) -> dict:
+        """Message kind (leaves the host or not) -> when one posted now arrives."""
+        return {kind: self._delivered(nbytes, kind) for kind in self.kinds}
+
     def _inner(self, nbytes: float) -> float:
         """When a rank whose both messages of a step are posted now goes on: the later of
         them (one of each kind where hosts hold two ranks of the ring)."""
-        return max(self._delivered(nbytes, kind) for kind in self.kinds)
+        return max(self._arrivals(nbytes).values())
 
     def _post(self, run: _Run, k: int, step, nbytes: float) -> None:
         """``run``'s ranks post a ring step (a send right, a receive left).  Its messages
@@ -428,20 +432,20 @@ class _Ring:
         waits_left = not self._posted(left, k, step, 4)
         waits_right = not self._posted(right, k, step, 3)
         p, hop = self.p, self.crosses
-        inner = self._inner(nbytes)
+        arrive = self._arrivals(nbytes)           # kind -> when this post's messages arrive
+        inner = max(arrive.values())
         if waits_left or waits_right:
             self._drop(run)
             lo, n = run.lo, run.n
             if waits_left:
                 first = run.copy(lo, 1)
-                first.procs[k][2] = ["step", step, nbytes, None,
-                                     self._delivered(nbytes, hop[lo])]
+                first.procs[k][2] = ["step", step, nbytes, None, arrive[hop[lo]]]
                 self._adopt(first, k)
                 lo, n = (lo + 1) % p, n - 1
             if waits_right:
                 last = run.copy((lo + n - 1) % p, 1)
-                last.procs[k][2] = ["step", step, nbytes,
-                                    self._delivered(nbytes, hop[(lo + n - 2) % p]), None]
+                last.procs[k][2] = ["step", step, nbytes, arrive[hop[(lo + n - 2) % p]],
+                                    None]
                 self._adopt(last, k)
                 n -= 1
             run = run.copy(lo, n) if n else None
@@ -454,7 +458,7 @@ class _Ring:
         for other, side in ((left, 4), (right, 3)):
             if not (waits_left if side == 4 else waits_right) and other.alive:
                 theirs = other.procs[k][2]
-                theirs[side] = self._delivered(nbytes, edges[side])
+                theirs[side] = arrive[edges[side]]
                 if theirs[3] is not None and theirs[4] is not None:
                     done = max(theirs[3], theirs[4])
                     if run is not None and other is not run and done == inner \
