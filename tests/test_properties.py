@@ -87,3 +87,23 @@ def test_a_straggler_never_speeds_things_up(profile, strategy, nodes, factor):
                    Scenario(global_batch=64 * nodes, cores_per_host=2,
                             stragglers={nodes - 1: factor}))
     assert slow.iteration_s >= base.iteration_s * (1 - 1e-12)
+
+
+@SETTINGS
+@given(st.integers(1, 4), st.sampled_from([0.5, 1, 2, 3, 8]),
+       st.sampled_from([None, 0.5, 1.5, 2]),
+       st.sampled_from([(), ((1.0, 1.0), (2.0, 0.91), (4.0, 0.8))]), st.integers(3, 4096),
+       st.booleans())
+def test_the_speedup_reference_is_the_des_one(threads, cores, pool, efficiency, batch, ps):
+    """The one-rank reference run is timed by the fast engine where it can; it must be the
+    DES's to 1e-12, on any cores, pool and efficiency curve."""
+    from commsim.simulate import _baseline_s, run_engine
+
+    profile = make_profile(threads=threads)
+    spec = RunSpec(strategy="ps" if ps else "ring",
+                   cluster=default_cluster(profile, 3, cores_per_host=cores,
+                                           shared_cpu_cores=pool, cpu_efficiency=efficiency),
+                   global_batch=batch)
+    single = spec.single_baseline()
+    des = run_engine(single, profile, engine="des", timeline=False).finish_s[0]
+    assert abs(_baseline_s(single, profile) - des) <= 1e-12 * des

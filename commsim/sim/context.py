@@ -8,12 +8,14 @@ queues, recording) is the context's business.
 from __future__ import annotations
 
 from contextlib import contextmanager
-
-import simpy
+from typing import TYPE_CHECKING
 
 from commsim.costs import CostInputs
 from commsim.sim.engine import Network, ProcessorSharingCPU, Recorder
 from commsim.spec import RunSpec
+
+if TYPE_CHECKING:       # imported where a DES starts: the fast engine's start-up skips it
+    import simpy
 
 
 class SimContext:
@@ -22,7 +24,10 @@ class SimContext:
         self.costs = costs
         self.cluster = spec.cluster
         self.world = spec.world_size
+        import simpy
+
         self.env = simpy.Environment()
+        self._all_of = simpy.AllOf
         c = spec.cluster
         speed = costs.compute_speed if costs.contention else None
         if c.shared_cpu_cores is not None:
@@ -62,7 +67,7 @@ class SimContext:
         return self.net.recv(dst, src)
 
     def all_of(self, events) -> simpy.Event:
-        return simpy.AllOf(self.env, list(events))
+        return self._all_of(self.env, list(events))
 
     def wait(self, seconds: float):
         if seconds > 0:

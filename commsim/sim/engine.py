@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import simpy
+if TYPE_CHECKING:       # imported where a DES starts: the fast engine's start-up skips it
+    import simpy
 
 from commsim.costs import cpu_load, job_rate
 
@@ -132,6 +134,8 @@ class Network:
         self.contention = contention
         self.cluster = cluster
         self.rec = recorder
+        import simpy
+
         self.tx = [simpy.Resource(env, capacity=1) for _ in range(cluster.hosts)]
         self.rx = [simpy.Resource(env, capacity=1) for _ in range(cluster.hosts)]
         self._sends: dict[tuple[int, int], deque] = defaultdict(deque)
