@@ -76,15 +76,13 @@ def test_odd_worlds_and_more_ranks():
 def test_what_lockstep_does_not_cover():
     """Three ranks per host of several hosts (the middle one gets both its messages inside
     the host), doubling with two (both ranks of a host send to another at once), a straggler
-    or a slow link, a tree with two ranks per host (a host's CPU would carry two classes) or
-    over a group that is not a power of two, doubling over such a group, the parameter
-    server."""
+    or a slow link, a tree with two ranks per host (a host's CPU would carry two classes),
+    doubling over a group that is not a power of two, the parameter server."""
     cases = [dict(strategy="ddp", ranks_per_host=3),
              dict(strategy="ddp", ranks_per_host=2, algorithm="recursive_doubling"),
              dict(strategy="ddp", stragglers={1: 1.5}),
              dict(strategy="ddp", slow_links_Bps={1: 1e6}),
              dict(strategy="ddp", algorithm="tree", ranks_per_host=2),
-             dict(strategy="ddp", algorithm="tree", nodes=3),
              dict(strategy="ring", algorithm="recursive_doubling", nodes=3),
              dict(strategy="ps")]
     for case in cases:
@@ -92,6 +90,23 @@ def test_what_lockstep_does_not_cover():
         strategy, nodes = case.pop("strategy"), case.pop("nodes", 4)
         assert not fast_lockstep.covers(run_spec(PROFILE, strategy, nodes,
                                                  Scenario(shared_cpu_cores=2, **case)))
+
+
+@pytest.mark.parametrize("profile", ["distinct", "bundled"])
+@pytest.mark.parametrize("cpu", CPU)
+@pytest.mark.parametrize("hosts, local", [(3, 1), (5, 1), (6, 1), (7, 1), (12, 1), (1, 3),
+                                          (1, 6)])
+def test_trees_over_any_number_of_ranks(profile, cpu, hosts, local, monkeypatch):
+    """Trees over a number of ranks that is not a power of two, by class, without a replay
+    to fall back on: the classes' places act together to the last message."""
+    from commsim.sim import fast
+    monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
+    p = hosts * local
+    for strategy, kw in (("ddp", {}), ("ring", {}), ("ddp", dict(compression="fp16")),
+                         ("ddp", dict(group_size=3)), ("ring", dict(group_size=p // 2 or 1))):
+        if p % kw.get("group_size", p):
+            continue
+        check(PROFILES[profile], strategy, hosts, local, cpu, algorithm="tree", **kw)
 
 
 def test_steps_of_each_algorithm():
@@ -128,9 +143,60 @@ def test_one_rank_on_one_core_by_hand():
 
 
 def test_tree_classes():
-    """A place's class is its trailing zero bits; the root's, log2 of the tree's size."""
-    assert fast_lockstep.tree_classes(8) == [3, 0, 1, 0, 2, 0, 1, 0]
-    assert fast_lockstep.tree_classes(2) == [1, 0]
+    """Over a power of two a place's class is its trailing zero bits (numbered by first
+    place: the root 0); five places part the last one, whose parent's round has no child
+    beyond it; steps and partners by hand for three."""
+    classes, _ = fast_lockstep.tree_classes(8)
+    assert classes == [0, 1, 2, 1, 3, 1, 2, 1]
+    assert fast_lockstep.tree_classes(2)[0] == [0, 1]
+    assert fast_lockstep.tree_classes(5)[0] == [0, 1, 2, 1, 3]
+    classes, steps = fast_lockstep.tree_classes(3)
+    assert classes == [0, 1, 2]
+    assert steps == [
+        [("recv", ("up", 0), (1,)), ("cpu",), ("recv", ("up", 1), (2,)), ("cpu",),
+         ("send", ("down", 1), (2,)), ("send", ("down", 0), (1,))],
+        [("send", ("up", 0), (0,)), ("recv", ("down", 0), (0,))],
+        [("send", ("up", 1), (0,)), ("recv", ("down", 1), (0,))]]
+    # Leaves send up to parents of two classes (0 and 2) at one instant: one class.
+    assert fast_lockstep.tree_classes(4)[1][1] == [("send", ("up", 0), (0, 2)),
+                                                   ("recv", ("down", 0), (0, 2))]
+
+
+@pytest.mark.parametrize("g", [1000, 999, 768, 50_000])
+def test_tree_classes_are_few(g):
+    """Places beside a missing child and their subtrees part, a few dozen classes at most;
+    each class's places take the same steps as the DES's loops give them."""
+    classes, steps = fast_lockstep.tree_classes(g)
+    assert len(steps) <= 4 * g.bit_length()
+    first = {}
+    for i, c in enumerate(classes):
+        first.setdefault(c, i)
+    for c, i in first.items():
+        kinds = [(s[0], s[1]) if s[0] != "cpu" else ("cpu",) for s in steps[c]]
+        assert kinds == _des_steps(i, g)
+
+
+def _des_steps(i, g):
+    """``collectives.binomial_reduce`` then ``binomial_broadcast``'s steps for place i."""
+    out, mask = [], 1
+    while mask < g:
+        level = mask.bit_length() - 1
+        if i & mask:
+            out.append(("send", ("up", level)))
+            break
+        if i + mask < g:
+            out += [("recv", ("up", level)), ("cpu",)]
+        mask <<= 1
+    mask = 1 << max(0, (g - 1).bit_length() - 1)
+    if i:
+        low = i & -i
+        out.append(("recv", ("down", low.bit_length() - 1)))
+        mask = low >> 1
+    while mask >= 1:
+        if i + mask < g:
+            out.append(("send", ("down", mask.bit_length() - 1)))
+        mask >>= 1
+    return out
 
 
 def test_a_tree_on_a_pool_by_hand():
@@ -149,14 +215,14 @@ def test_a_tree_on_a_pool_by_hand():
                        buckets=())
     classes, finish, compute, comm, sent, received = fast_lockstep.iteration(
         spec, costs, buckets=False, broadcast_end=lambda begin: None)
-    assert classes == [2, 0, 1, 0]
+    assert classes == [0, 1, 2, 1]
     assert finish == pytest.approx([17.8] * 3)
     assert compute == pytest.approx([2.0 + 6.0 + 1.0] * 3)
     assert comm == pytest.approx([16.8 - 8.0] * 3)
-    # Per rank of each class: a leaf sends up and receives the sum; rank 2 also receives from
-    # 3 and sends to it; the root receives from 1 and 2 and sends to both.
-    assert sent == pytest.approx([2e6, 4e6, 4e6])
-    assert received == pytest.approx([2e6, 4e6, 4e6])
+    # Per rank of each class: the root receives from 1 and 2 and sends to both; a leaf sends
+    # up and receives the sum; rank 2 also receives from 3 and sends to it.
+    assert sent == pytest.approx([4e6, 2e6, 4e6])
+    assert received == pytest.approx([4e6, 2e6, 4e6])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

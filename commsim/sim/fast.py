@@ -40,8 +40,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
    of two) that treats every rank alike, or of two ranks per host in a ring, every rank acts
    at the same instants: one rank's events, its CPU carrying its twins' jobs, give them all.
-   A tree's ranks act by class (their place's trailing zero bits), one rank of each class
-   simulated, on one rank per host or one host.
+   A tree's ranks act by class (``fast_lockstep.tree_classes``: over a power of two, their
+   place's trailing zero bits), one rank of each class simulated, on one rank per host or one
+   host.
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends

@@ -15,15 +15,17 @@ posts, computes, reduces and enters or leaves its collectives at the same instan
 other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
 each of its messages has a twin arriving from its partner at the same instant.
 
-A binomial tree (``tree``) treats its ranks by class: a place's trailing zero bits say in which
-round it sends up and in which mask the broadcast reaches it (``tree_classes``).  On a uniform
-cluster of one rank per host, or of one host, the ranks of a class act at the same instants:
-one rank of each class is simulated, the CPU of all (one pool, one host) carrying each class's
-jobs as many times as it has ranks, or each class's rank on a CPU of its own.  A message joins
-a rank of one class with ranks of several (a sender's parent may be of any higher class, as a
-receiver's in the broadcast): each pair is delivered when both have posted, and where the
-pairs of one class's rank would arrive apart, its ranks would part, and the engine raises
-``NotExact`` (every rank is then replayed).  log2(g)+1 ranks and O(log² g) events a collective.
+A binomial tree (``tree``) treats its ranks by class (``tree_classes``): over a power of two a
+place's trailing zero bits say in which round it sends up and in which mask the broadcast
+reaches it; over other sizes the places beside a missing child, and their subtrees, part too.
+On a uniform cluster of one rank per host, or of one host, the ranks of a class act at the
+same instants: one rank of each class is simulated, the CPU of all (one pool, one host)
+carrying each class's jobs as many times as it has ranks, or each class's rank on a CPU of
+its own.  A message joins a rank of one class with ranks of several (a sender's parent may be
+of any higher class, as a receiver's in the broadcast): each pair is delivered when both have
+posted, and where the pairs of one class's rank would arrive apart, its ranks would part, and
+the engine raises ``NotExact`` (every rank is then replayed).  log2(g)+1 classes over a power
+of two (a few dozen otherwise) and O(classes x log g) events a collective.
 
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
 first alone, all-reducing every tensor after backward):
@@ -46,6 +48,8 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, deque
+
+import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
 from commsim.sim.engine import finished
@@ -74,7 +78,7 @@ def covers(spec: RunSpec) -> bool:
     if algorithm == "tree":
         # Classes of ranks by their place in the binomial trees (``tree_classes``); one
         # rank per host, or one host, so that no CPU or NIC mixes classes.
-        return g & (g - 1) == 0 and (c.ranks_per_host == 1 or c.hosts == 1)
+        return c.ranks_per_host == 1 or c.hosts == 1
     if c.hosts > 1 and c.ranks_per_host == 2:
         # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
         # host and receives from the previous host, the second the other way round; both
@@ -120,16 +124,76 @@ def steps_of(algorithm: str, nbytes: float, g: int, gamma: float) -> list[tuple[
     return halving + doubling
 
 
-def tree_classes(g: int) -> list[int]:
-    """The class of each place in a binomial tree over ``g`` ranks (a power of two,
-    ``collectives.tree_allreduce``): the place's trailing zero bits, the root's log2 g.  A place
-    of class c receives from its children of classes 0..c-1, adds, and sends up in round c;
-    then it receives the sum in the broadcast's mask 2^c and sends it on at masks 2^(c-1)..1.
-    Every parent of a class-c place is of a higher class and every child of class c: so the
-    places of a class act at the same instants where the ranks start alike (``_Lockstep``
-    checks it at every message)."""
-    levels = g.bit_length() - 1
-    return [levels if i == 0 else (i & -i).bit_length() - 1 for i in range(g)]
+def tree_classes(g: int) -> tuple[list[int], list[list[tuple]]]:
+    """The places of a binomial tree over ``g`` ranks (``collectives.tree_allreduce``) by class,
+    and each class's steps.  Places of one class take the same steps (in the reduce at mask m
+    receive from place + m and add, or send to place - m and stop; in the broadcast receive
+    from the parent, then send to each child in decreasing distance) at the same instants:
+    the places are timed once with generic message and reduction seconds, all alike, and
+    grouped by steps and times.  Over a power of two a class is the places with as many
+    trailing zero bits (log2 g + 1 classes); otherwise the places beside a missing child and
+    their ancestors' subtrees part (15 classes at 1,000 places, 40 at 50,000).  Classes are
+    numbered by their first place; a step is ``("recv" | "send", (up | down, level),
+    partners)`` or ``("cpu",)``, its partners the classes of its places' partners.
+    ``_Lockstep`` checks at every message that a class's places still act together (on a
+    real CPU their times may part where the generic ones did not)."""
+    place = np.arange(g)
+    levels = max(g - 1, 0).bit_length()
+    t = np.zeros(g)
+    up = np.zeros((levels, g), dtype=np.int8)         # 1 receive (and add), 2 send
+    down = np.zeros((levels, g), dtype=np.int8)
+    up_t, down_t = np.zeros((levels, g)), np.zeros((levels, g))
+    message, reduction = 1.0, 0.3713                   # generic seconds: no chance ties
+    for level in range(levels):
+        m = 1 << level
+        recv = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
+        done = np.maximum(t[recv], t[recv + m]) + message
+        up[level, recv], up[level, recv + m] = 1, 2
+        t[recv + m] = up_t[level, recv + m] = done
+        t[recv] = up_t[level, recv] = done + reduction
+    for level in reversed(range(levels)):
+        m = 1 << level
+        send = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
+        done = np.maximum(t[send], t[send + m]) + message
+        down[level, send], down[level, send + m] = 2, 1
+        t[send] = t[send + m] = down_t[level, send] = down_t[level, send + m] = done
+    rows = np.vstack([up, down, up_t, down_t]).T
+    # Grouped by a random projection of each place's row (sorting 65,536 rows themselves
+    # takes a second), then checked row by row; a collision groups the rows themselves.
+    key = np.zeros(g)
+    for column, weight in zip(rows.T, np.random.default_rng(0).random(rows.shape[1])):
+        key += column * weight        # (elementwise: a matrix product may round equal rows apart)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if not (rows == rows[first][inverse.ravel()]).all():
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)                          # class numbers by first place
+    number = np.empty_like(order)
+    number[order] = np.arange(order.size)
+    cls = number[inverse.ravel()]
+
+    def partners(level, code, codes, offset):
+        at = np.flatnonzero(codes[level] == code)
+        pairs = set(zip(cls[at].tolist(), cls[at + offset].tolist()))
+        out = {}
+        for c, q in sorted(pairs):
+            out.setdefault(c, []).append(q)
+        return out
+
+    steps = [[] for _ in range(order.size)]
+    for level in range(levels):
+        m = 1 << level
+        got, sent = partners(level, 1, up, m), partners(level, 2, up, -m)
+        for c, qs in got.items():
+            steps[c] += [("recv", ("up", level), tuple(qs)), ("cpu",)]
+        for c, qs in sent.items():
+            steps[c].append(("send", ("up", level), tuple(qs)))
+    for level in reversed(range(levels)):
+        m = 1 << level
+        for c, qs in partners(level, 1, down, -m).items():
+            steps[c].append(("recv", ("down", level), tuple(qs)))
+        for c, qs in partners(level, 2, down, m).items():
+            steps[c].append(("send", ("down", level), tuple(qs)))
+    return cls.tolist(), steps
 
 
 class _Lockstep:
@@ -434,16 +498,15 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     ranks_class = [0] * p
     weights = None
     if tree:
-        places = tree_classes(g)
+        places, schedule = tree_classes(g)
         ranks_class = [places[r % g] for r in range(p)]
         # On one CPU for all, a class's every rank shares it; else each rank has its own.
         shared = c.shared_cpu_cores is not None or c.hosts == 1
         size = Counter(ranks_class)
-        weights = [size[k] if shared else 1 for k in range(max(places) + 1)]
+        weights = [size[k] if shared else 1 for k in range(len(schedule))]
         sim = _Lockstep(spec, costs, weights, own_cpus=not shared)
     else:
         sim = _Lockstep(spec, costs)
-    levels = g.bit_length() - 1
     fp16 = spec.compression == "fp16"
     gamma = costs.gamma_s_per_B
     overhead = costs.overhead("all_reduce")
@@ -451,16 +514,12 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
 
     def tree_steps(k, nbytes, serial):
         """``collectives.tree_allreduce``'s messages and reductions for a rank of class k."""
-        for level in range(levels):
-            if level == k:
-                yield ("send", (serial, "up", level), nbytes, tuple(range(level + 1, levels + 1)))
-                break
-            yield ("recv", (serial, "up", level), nbytes, (level,))
-            yield ("cpu", nbytes * gamma, 1.0, False)
-        if k < levels:
-            yield ("recv", (serial, "down", k), nbytes, tuple(range(k + 1, levels + 1)))
-        for level in reversed(range(k)):
-            yield ("send", (serial, "down", level), nbytes, (level,))
+        for step in schedule[k]:
+            if step[0] == "cpu":
+                yield ("cpu", nbytes * gamma, 1.0, False)
+            else:
+                kind, key, partners = step
+                yield (kind, (serial, *key), nbytes, partners)
 
     def allreduce(k, serial, nbytes, average=True):
         if g <= 1:
