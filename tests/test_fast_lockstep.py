@@ -76,14 +76,14 @@ def test_odd_worlds_and_more_ranks():
 def test_what_lockstep_does_not_cover():
     """Three ranks per host of several hosts (the middle one gets both its messages inside
     the host), doubling with two (both ranks of a host send to another at once), a straggler
-    or a slow link, a tree with two ranks per host (a host's CPU would carry two classes),
-    doubling over a group that is not a power of two, the parameter server."""
+    or a slow link, a tree or a fold with two ranks per host (a host's CPU would carry two
+    classes), the parameter server."""
     cases = [dict(strategy="ddp", ranks_per_host=3),
              dict(strategy="ddp", ranks_per_host=2, algorithm="recursive_doubling"),
              dict(strategy="ddp", stragglers={1: 1.5}),
              dict(strategy="ddp", slow_links_Bps={1: 1e6}),
              dict(strategy="ddp", algorithm="tree", ranks_per_host=2),
-             dict(strategy="ring", algorithm="recursive_doubling", nodes=3),
+             dict(strategy="ring", algorithm="recursive_doubling", nodes=3, ranks_per_host=2),
              dict(strategy="ps")]
     for case in cases:
         case = dict(case)
@@ -96,17 +96,19 @@ def test_what_lockstep_does_not_cover():
 @pytest.mark.parametrize("cpu", CPU)
 @pytest.mark.parametrize("hosts, local", [(3, 1), (5, 1), (6, 1), (7, 1), (12, 1), (1, 3),
                                           (1, 6)])
-def test_trees_over_any_number_of_ranks(profile, cpu, hosts, local, monkeypatch):
-    """Trees over a number of ranks that is not a power of two, by class, without a replay
-    to fall back on: the classes' places act together to the last message."""
+def test_classes_over_any_number_of_ranks(profile, cpu, hosts, local, monkeypatch):
+    """Trees, and doubling over a number of ranks that is not a power of two, by class,
+    without a replay to fall back on: the classes' places act together to the last
+    message."""
     from commsim.sim import fast
     monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
     p = hosts * local
-    for strategy, kw in (("ddp", {}), ("ring", {}), ("ddp", dict(compression="fp16")),
-                         ("ddp", dict(group_size=3)), ("ring", dict(group_size=p // 2 or 1))):
-        if p % kw.get("group_size", p):
-            continue
-        check(PROFILES[profile], strategy, hosts, local, cpu, algorithm="tree", **kw)
+    for algorithm in ("tree", "recursive_doubling", "rabenseifner"):
+        for strategy, kw in (("ddp", {}), ("ring", {}), ("ddp", dict(compression="fp16")),
+                             ("ddp", dict(group_size=3)), ("ring", dict(group_size=p // 2))):
+            if p % (kw.get("group_size") or p):
+                continue
+            check(PROFILES[profile], strategy, hosts, local, cpu, algorithm=algorithm, **kw)
 
 
 def test_steps_of_each_algorithm():
@@ -142,37 +144,58 @@ def test_one_rank_on_one_core_by_hand():
     assert sent == received == pytest.approx([2_000_000])
 
 
+def classes(algorithm, g):
+    return fast_lockstep.place_classes(g, fast_lockstep.schedule_rounds(algorithm, g))
+
+
 def test_tree_classes():
-    """Over a power of two a place's class is its trailing zero bits (numbered by first
+    """Over a power of two a tree place's class is its trailing zero bits (numbered by first
     place: the root 0); five places part the last one, whose parent's round has no child
     beyond it; steps and partners by hand for three."""
-    classes, _ = fast_lockstep.tree_classes(8)
-    assert classes == [0, 1, 2, 1, 3, 1, 2, 1]
-    assert fast_lockstep.tree_classes(2)[0] == [0, 1]
-    assert fast_lockstep.tree_classes(5)[0] == [0, 1, 2, 1, 3]
-    classes, steps = fast_lockstep.tree_classes(3)
-    assert classes == [0, 1, 2]
+    assert classes("tree", 8)[0] == [0, 1, 2, 1, 3, 1, 2, 1]
+    assert classes("tree", 2)[0] == [0, 1]
+    assert classes("tree", 5)[0] == [0, 1, 2, 1, 3]
+    places, steps = classes("tree", 3)
+    assert places == [0, 1, 2]
     assert steps == [
-        [("recv", ("up", 0), (1,)), ("cpu",), ("recv", ("up", 1), (2,)), ("cpu",),
-         ("send", ("down", 1), (2,)), ("send", ("down", 0), (1,))],
-        [("send", ("up", 0), (0,)), ("recv", ("down", 0), (0,))],
-        [("send", ("up", 1), (0,)), ("recv", ("down", 1), (0,))]]
+        [("recv", ("up", 0), 1.0, True, (1,)), ("recv", ("up", 1), 1.0, True, (2,)),
+         ("send", ("down", 1), 1.0, False, (2,)), ("send", ("down", 0), 1.0, False, (1,))],
+        [("send", ("up", 0), 1.0, False, (0,)), ("recv", ("down", 0), 1.0, False, (0,))],
+        [("send", ("up", 1), 1.0, False, (0,)), ("recv", ("down", 1), 1.0, False, (0,))]]
     # Leaves send up to parents of two classes (0 and 2) at one instant: one class.
-    assert fast_lockstep.tree_classes(4)[1][1] == [("send", ("up", 0), (0, 2)),
-                                                   ("recv", ("down", 0), (0, 2))]
+    assert classes("tree", 4)[1][1] == [("send", ("up", 0), 1.0, False, (0, 2)),
+                                        ("recv", ("down", 0), 1.0, False, (0, 2))]
+
+
+def test_doubling_classes_by_hand():
+    """Six places, Rabenseifner: places 0 and 2 hand their buffers to 1 and 3 and sit out;
+    the four survivors (1, 3, 4, 5) halve and double back, 1 with 4 and 3 with 5 at distance
+    2 (half the bytes, added), then 1 with 3 and 4 with 5 (a quarter), back at a quarter and
+    at half; the result goes back to 0 and 2.  Over a power of two, one class."""
+    places, steps = classes("rabenseifner", 6)
+    assert places == [0, 1, 0, 1, 2, 2]
+    assert steps[0] == [("send", ("fold", 0), 1.0, False, (1,)),
+                        ("recv", ("out", 0), 1.0, False, (1,))]
+    assert steps[1] == [("recv", ("fold", 0), 1.0, True, (0,)),
+                        ("both", ("x", 0), 0.5, True, (2,)), ("both", ("x", 1), 0.25, True, (1,)),
+                        ("both", ("x", 2), 0.25, False, (1,)), ("both", ("x", 3), 0.5, False, (2,)),
+                        ("send", ("out", 0), 1.0, False, (0,))]
+    assert classes("recursive_doubling", 8)[0] == [0] * 8
 
 
 @pytest.mark.parametrize("g", [1000, 999, 768, 50_000])
 def test_tree_classes_are_few(g):
     """Places beside a missing child and their subtrees part, a few dozen classes at most;
     each class's places take the same steps as the DES's loops give them."""
-    classes, steps = fast_lockstep.tree_classes(g)
+    places, steps = classes("tree", g)
     assert len(steps) <= 4 * g.bit_length()
     first = {}
-    for i, c in enumerate(classes):
+    for i, c in enumerate(places):
         first.setdefault(c, i)
     for c, i in first.items():
-        kinds = [(s[0], s[1]) if s[0] != "cpu" else ("cpu",) for s in steps[c]]
+        kinds = []
+        for kind, key, _, reduce, _ in steps[c]:
+            kinds += [(kind, key)] + ([("cpu",)] if reduce else [])
         assert kinds == _des_steps(i, g)
 
 
@@ -238,9 +261,6 @@ def test_random_combinations_match_the_des(profile, cpu, hosts, options, bucket_
     p = hosts * local
     if kw.get("group_size") and p % kw["group_size"]:
         kw.pop("group_size")
-    g = kw.get("group_size", p)
-    if kw.get("algorithm") in ("recursive_doubling", "rabenseifner") and g & (g - 1):
-        kw.pop("algorithm")
     sc = Scenario(global_batch=64 * p, bucket_bytes=bucket_bytes, ranks_per_host=local,
                   **CPU[cpu](local), **kw)
     assert_same(predict(PROFILES[profile], "ddp", hosts, sc, engine="des"),

@@ -40,7 +40,8 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    uniform cluster of one rank per host or of one host, with a ring (or doubling over a power
    of two) that treats every rank alike, or of two ranks per host in a ring, every rank acts
    at the same instants: one rank's events, its CPU carrying its twins' jobs, give them all.
-   A tree's ranks act by class (``fast_lockstep.tree_classes``: over a power of two, their
+   A tree's ranks, and a doubling algorithm's over a number that is not a power of two (its
+   fold), act by class (``fast_lockstep.place_classes``: for a tree over a power of two, the
    place's trailing zero bits), one rank of each class simulated, on one rank per host or one
    host.
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
@@ -443,7 +444,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         try:
             return _lockstep(spec, costs, buckets)
         except NotExact:
-            if not _replays_cpu(spec, costs):    # a tree's classes parted: replay every rank
+            if not _replays_cpu(spec, costs):    # classes parted: replay every rank
                 raise
     if shares_cpu and fast_runs.covers(spec):
         try:
@@ -517,7 +518,7 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
                                              (finish, compute, comm, sent, received))
     c = spec.cluster
     if of.max() > 0:
-        # A tree's every message crosses hosts (one rank each), or none (one host).
+        # By class, every message crosses hosts (one rank each), or none (one host).
         crossing_tx = sent if c.hosts > 1 else np.zeros(p)
         crossing_rx = received if c.hosts > 1 else np.zeros(p)
     else:

@@ -15,17 +15,19 @@ posts, computes, reduces and enters or leaves its collectives at the same instan
 other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
 each of its messages has a twin arriving from its partner at the same instant.
 
-A binomial tree (``tree``) treats its ranks by class (``tree_classes``): over a power of two a
+A binomial tree (``tree``) treats its ranks by class (``place_classes``): over a power of two a
 place's trailing zero bits say in which round it sends up and in which mask the broadcast
 reaches it; over other sizes the places beside a missing child, and their subtrees, part too.
-On a uniform cluster of one rank per host, or of one host, the ranks of a class act at the
+So do recursive doubling and Rabenseifner over a number that is not a power of two: the
+ranks that hand their buffers over in MPICH's fold, those that take them, and the survivors
+whose partners start late (3 or 4 classes at 1,000 ranks).  On a uniform cluster of one rank per host, or of one host, the ranks of a class act at the
 same instants: one rank of each class is simulated, the CPU of all (one pool, one host)
 carrying each class's jobs as many times as it has ranks, or each class's rank on a CPU of
 its own.  A message joins a rank of one class with ranks of several (a sender's parent may be
 of any higher class, as a receiver's in the broadcast): each pair is delivered when both have
 posted, and where the pairs of one class's rank would arrive apart, its ranks would part, and
-the engine raises ``NotExact`` (every rank is then replayed).  log2(g)+1 classes over a power
-of two (a few dozen otherwise) and O(classes x log g) events a collective.
+the engine raises ``NotExact`` (every rank is then replayed).  log2(g)+1 classes for a tree
+over a power of two (a few dozen otherwise) and O(classes x log g) events a collective.
 
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
 first alone, all-reducing every tensor after backward):
@@ -75,9 +77,9 @@ def covers(spec: RunSpec) -> bool:
     algorithm = strategy.algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
-    if algorithm == "tree":
-        # Classes of ranks by their place in the binomial trees (``tree_classes``); one
-        # rank per host, or one host, so that no CPU or NIC mixes classes.
+    if by_class(algorithm, g):
+        # Classes of ranks by their place in the schedule (``place_classes``); one rank per
+        # host, or one host, so that no CPU or NIC mixes classes.
         return c.ranks_per_host == 1 or c.hosts == 1
     if c.hosts > 1 and c.ranks_per_host == 2:
         # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
@@ -90,6 +92,14 @@ def covers(spec: RunSpec) -> bool:
     if algorithm in ("recursive_doubling", "rabenseifner"):
         return g & (g - 1) == 0
     return algorithm == "ring" or g == 1
+
+
+def by_class(algorithm: str, g: int) -> bool:
+    """Whether an all-reduce over ``g`` ranks treats its ranks by class: a tree, or doubling
+    over a number that is not a power of two (its fold); the others treat every rank
+    alike."""
+    return g > 1 and (algorithm == "tree" or (algorithm in ("recursive_doubling",
+                                                          "rabenseifner") and g & (g - 1) != 0))
 
 
 def equal_steps(left: int, wire: float, work: float, job_left, *, alone: float, both: float,
@@ -124,40 +134,89 @@ def steps_of(algorithm: str, nbytes: float, g: int, gamma: float) -> list[tuple[
     return halving + doubling
 
 
-def tree_classes(g: int) -> tuple[list[int], list[list[tuple]]]:
-    """The places of a binomial tree over ``g`` ranks (``collectives.tree_allreduce``) by class,
-    and each class's steps.  Places of one class take the same steps (in the reduce at mask m
-    receive from place + m and add, or send to place - m and stop; in the broadcast receive
-    from the parent, then send to each child in decreasing distance) at the same instants:
-    the places are timed once with generic message and reduction seconds, all alike, and
-    grouped by steps and times.  Over a power of two a class is the places with as many
-    trailing zero bits (log2 g + 1 classes); otherwise the places beside a missing child and
-    their ancestors' subtrees part (15 classes at 1,000 places, 40 at 50,000).  Classes are
-    numbered by their first place; a step is ``("recv" | "send", (up | down, level),
-    partners)`` or ``("cpu",)``, its partners the classes of its places' partners.
-    ``_Lockstep`` checks at every message that a class's places still act together (on a
-    real CPU their times may part where the generic ones did not)."""
+# A place's step in a round of a schedule (``schedule_rounds``).
+RECV, SEND, BOTH = 1, 2, 3
+_KINDS = {RECV: "recv", SEND: "send", BOTH: "both"}
+
+
+def schedule_rounds(algorithm: str, g: int) -> list[tuple]:
+    """``collectives``' all-reduce over ``g`` places as rounds, each place taking at most one
+    step a round: (key, code per place (0 none, RECV, SEND, BOTH: an exchange), partner per
+    place, the step's share of the bytes, whether a reduction of them follows).
+
+    tree (``tree_allreduce``): the reduce at masks 1, 2, 4, ...: a place receives from place
+    + m and adds, or sends to place - m and stops; the broadcast at masks down to 1: a place
+    receives from its parent, then sends to each child.  The doubling algorithms
+    (``_folded_allreduce``): MPICH's fold of the first 2r places (each even one hands its
+    buffer to the next, which adds it), the q = g - r survivors' exchanges (recursive
+    doubling: the whole buffer with the one 2^k away, then add; Rabenseifner: halves with
+    the one q/2, q/4, ... away, adding, then doubling back), the result handed back."""
     place = np.arange(g)
-    levels = max(g - 1, 0).bit_length()
+    none = np.zeros(g, dtype=np.int8)
+    rounds = []
+
+    def pairs(key, a, b, code_a, code_b, share, reduce):
+        code, partner = none.copy(), np.zeros(g, dtype=np.int64)
+        code[a], code[b], partner[a], partner[b] = code_a, code_b, b, a
+        rounds.append((key, code, partner, share, reduce))
+
+    if algorithm == "tree":
+        levels = max(g - 1, 0).bit_length()
+        for level in range(levels):
+            m = 1 << level
+            recv = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
+            pairs(("up", level), recv, recv + m, RECV, SEND, 1.0, True)
+        for level in reversed(range(levels)):
+            m = 1 << level
+            send = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
+            pairs(("down", level), send, send + m, SEND, RECV, 1.0, False)
+        return rounds
+    q = 1 << (g.bit_length() - 1)
+    r = g - q
+    odd = np.arange(1, 2 * r, 2)
+    survivor = np.concatenate([odd, np.arange(2 * r, g)])     # ``_survivor``
+    if r:
+        pairs(("fold", 0), odd - 1, odd, SEND, RECV, 1.0, True)
+    j = np.arange(q)
+    if algorithm == "recursive_doubling":
+        steps = [(mask, 1.0, True) for mask in (1 << k for k in range(q.bit_length() - 1))]
+    else:
+        halving = [(q >> (k + 1), 1.0 / (2 << k), True) for k in range(q.bit_length() - 1)]
+        steps = halving + [(1 << k, (1 << k) / q, False) for k in range(q.bit_length() - 1)]
+    for n, (distance, share, reduce) in enumerate(steps):
+        low = j[j & distance == 0]
+        pairs(("x", n), survivor[low], survivor[low ^ distance], BOTH, BOTH, share, reduce)
+    if r:
+        pairs(("out", 0), odd, odd - 1, SEND, RECV, 1.0, False)
+    return rounds
+
+
+def place_classes(g: int, rounds) -> tuple[list[int], list[list[tuple]]]:
+    """The places of a schedule's ``rounds`` (``schedule_rounds``) by class, and each class's
+    steps.  Places of one class take the same steps at the same instants where they start
+    alike: the places are timed once with generic message and reduction seconds and grouped
+    by steps and times.  A tree over a power of two has a class per count of trailing zero
+    bits (log2 g + 1), and doubling one class; over other sizes the places beside a missing
+    child or a fold, and those they reach, part (a tree: 15 classes at 1,000 places, 40 at
+    50,000).  Classes are numbered by their first place; a step is (``"recv" | "send" |
+    "both"``, key, share of the bytes, reduction after, partners), its partners the classes
+    of its places' partners.  ``_Lockstep`` checks at every message that a class's places
+    still act together (on a real CPU their times may part where the generic ones did
+    not)."""
     t = np.zeros(g)
-    up = np.zeros((levels, g), dtype=np.int8)         # 1 receive (and add), 2 send
-    down = np.zeros((levels, g), dtype=np.int8)
-    up_t, down_t = np.zeros((levels, g)), np.zeros((levels, g))
-    message, reduction = 1.0, 0.3713                   # generic seconds: no chance ties
-    for level in range(levels):
-        m = 1 << level
-        recv = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
-        done = np.maximum(t[recv], t[recv + m]) + message
-        up[level, recv], up[level, recv + m] = 1, 2
-        t[recv + m] = up_t[level, recv + m] = done
-        t[recv] = up_t[level, recv] = done + reduction
-    for level in reversed(range(levels)):
-        m = 1 << level
-        send = np.flatnonzero((place % (2 * m) == 0) & (place + m < g))
-        done = np.maximum(t[send], t[send + m]) + message
-        down[level, send], down[level, send + m] = 2, 1
-        t[send] = t[send + m] = down_t[level, send] = down_t[level, send + m] = done
-    rows = np.vstack([up, down, up_t, down_t]).T
+    codes, times = [], []
+    latency, per_share, reduction = 0.6180, 1.0, 0.3713        # generic: no chance ties
+    for _, code, partner, share, reduce in rounds:
+        at = np.flatnonzero(code)
+        done = np.maximum(t[at], t[partner[at]]) + (latency + share * per_share)
+        if reduce:
+            done = np.where(code[at] != SEND, done + share * reduction, done)
+        t[at] = done
+        stamp = np.zeros(g)
+        stamp[at] = done
+        codes.append(code)
+        times.append(stamp)
+    rows = np.vstack(codes + times).T if rounds else np.zeros((g, 1))
     # Grouped by a random projection of each place's row (sorting 65,536 rows themselves
     # takes a second), then checked row by row; a collision groups the rows themselves.
     key = np.zeros(g)
@@ -170,29 +229,15 @@ def tree_classes(g: int) -> tuple[list[int], list[list[tuple]]]:
     number = np.empty_like(order)
     number[order] = np.arange(order.size)
     cls = number[inverse.ravel()]
-
-    def partners(level, code, codes, offset):
-        at = np.flatnonzero(codes[level] == code)
-        pairs = set(zip(cls[at].tolist(), cls[at + offset].tolist()))
-        out = {}
-        for c, q in sorted(pairs):
-            out.setdefault(c, []).append(q)
-        return out
-
     steps = [[] for _ in range(order.size)]
-    for level in range(levels):
-        m = 1 << level
-        got, sent = partners(level, 1, up, m), partners(level, 2, up, -m)
-        for c, qs in got.items():
-            steps[c] += [("recv", ("up", level), tuple(qs)), ("cpu",)]
-        for c, qs in sent.items():
-            steps[c].append(("send", ("up", level), tuple(qs)))
-    for level in reversed(range(levels)):
-        m = 1 << level
-        for c, qs in partners(level, 1, down, -m).items():
-            steps[c].append(("recv", ("down", level), tuple(qs)))
-        for c, qs in partners(level, 2, down, m).items():
-            steps[c].append(("send", ("down", level), tuple(qs)))
+    for key, code, partner, share, reduce in rounds:
+        at = np.flatnonzero(code)
+        met = {}
+        for c, kind, q in sorted(set(zip(cls[at].tolist(), code[at].tolist(),
+                                         cls[partner[at]].tolist()))):
+            met.setdefault((c, kind), []).append(q)
+        for (c, kind), qs in met.items():
+            steps[c].append((_KINDS[kind], key, share, reduce and kind != SEND, tuple(qs)))
     return cls.tolist(), steps
 
 
@@ -375,13 +420,17 @@ class _Lockstep:
         self.received[0] += jump * nbytes
         return jump
 
-    def _post(self, k: int, message, nbytes: float, partners: tuple, sending: bool) -> None:
-        """Process ``k``'s rank posts its side of ``message`` with ranks of the ``partners``
-        classes (one each: its rank's partner is of one of them, and of each where it has
-        several).  Each pair is delivered once both have posted; a class goes on when all its
-        pairs are, which must be at one instant, else its ranks would part."""
+    def _post(self, k: int, message, nbytes: float, partners: tuple, kind: str) -> None:
+        """Process ``k``'s rank posts its side of ``message`` (a send, a receive, or both: an
+        exchange, whose two messages start together and cost the same) with ranks of the
+        ``partners`` classes (one each: its rank's partner is of one of them, and of each
+        where it has several).  Each pair is delivered once both have posted; a class goes on
+        when all its pairs are, which must be at one instant, else its ranks would part."""
         c = self.cls[k]
-        (self.sent if sending else self.received)[c] += nbytes
+        if kind != "recv":
+            self.sent[c] += nbytes
+        if kind != "send":
+            self.received[c] += nbytes
         self.posts[(message, c)] = [k, len(partners), None]
         for q in partners:
             if (message, q) in self.posts:
@@ -392,7 +441,7 @@ class _Lockstep:
     def _delivered(self, key, t: float) -> None:
         post = self.posts[key]
         if post[2] is not None and abs(t - post[2]) > 1e-12 * max(1.0, abs(t)):
-            raise NotExact("the ranks of a tree's class receive at different instants")
+            raise NotExact("the ranks of a class receive at different instants")
         post[1] -= 1
         post[2] = t
         if post[1] == 0:
@@ -440,8 +489,8 @@ class _Lockstep:
                 heapq.heappush(self.timers, (action[1], self.order, k))
                 self.order += 1
                 return
-            if kind in ("send", "recv"):
-                self._post(k, action[1], action[2], action[3], kind == "send")
+            if kind in ("send", "recv", "both"):
+                self._post(k, action[1], action[2], action[3], kind)
                 return
             key = action[1]                       # "for": a signal or a process's end
             if key in self.fired:
@@ -484,7 +533,8 @@ class _Lockstep:
 def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end):
     """One iteration on a lockstep world, class by class: (each rank's class, and per class
     when its ranks' step ends, their compute seconds, their communication seconds, the bytes
-    each sent and received in the all-reduces).  One class but for trees (``tree_classes``).
+    each sent and received in the all-reduces).  One class but where ``by_class``
+    (``place_classes``).
     ``buckets``: DDP's buckets overlapping backward, else every tensor all-reduced after
     backward (ring).  ``broadcast_end(begin)``: when DDP's buffer broadcast ends if the ranks
     start it at ``begin`` (None: there is none)."""
@@ -494,11 +544,11 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     p = spec.world_size
     g = spec.group_size or p
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
-    tree = algorithm == "tree" and g > 1
+    classes = by_class(algorithm, g)
     ranks_class = [0] * p
     weights = None
-    if tree:
-        places, schedule = tree_classes(g)
+    if classes:
+        places, schedule = place_classes(g, schedule_rounds(algorithm, g))
         ranks_class = [places[r % g] for r in range(p)]
         # On one CPU for all, a class's every rank shares it; else each rank has its own.
         shared = c.shared_cpu_cores is not None or c.hosts == 1
@@ -512,14 +562,12 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     overhead = costs.overhead("all_reduce")
     threads = costs.threads_per_rank
 
-    def tree_steps(k, nbytes, serial):
-        """``collectives.tree_allreduce``'s messages and reductions for a rank of class k."""
-        for step in schedule[k]:
-            if step[0] == "cpu":
-                yield ("cpu", nbytes * gamma, 1.0, False)
-            else:
-                kind, key, partners = step
-                yield (kind, (serial, *key), nbytes, partners)
+    def class_steps(k, nbytes, serial):
+        """The all-reduce's messages and reductions for a rank of class k."""
+        for kind, key, share, reduce, partners in schedule[k]:
+            yield (kind, (serial, *key), nbytes * share, partners)
+            if reduce:
+                yield ("cpu", nbytes * share * gamma, 1.0, False)
 
     def allreduce(k, serial, nbytes, average=True):
         if g <= 1:
@@ -527,8 +575,8 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
         sim.enter(k)
         if overhead > 0:
             yield ("wait", overhead)
-        if tree:
-            yield from tree_steps(k, nbytes, serial)
+        if classes:
+            yield from class_steps(k, nbytes, serial)
         else:
             for count, size, work in steps_of(algorithm, nbytes, g, gamma):
                 yield from sim.steps(count, size, work)
@@ -575,7 +623,8 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
             if not ends:
                 ends.append((sim.now, broadcast_end(sim.now)))
             elif abs(ends[0][0] - sim.now) > 1e-12 * max(1.0, sim.now):
-                raise NotExact("the ranks of a tree's classes start the buffer broadcast apart")
+                raise NotExact("the ranks of a schedule's classes start the buffer broadcast "
+                               "apart")
             end = ends[0][1]
         if end is not None:
             sim.enter(k)
