@@ -60,6 +60,10 @@ from commsim.spec import RunSpec
 
 # Steps of a run left to the event loop at its end, so that a job ending there is seen.
 _MARGIN = 2
+# Classes (beyond 8 a doubling of the ranks) past which the ranks are replayed instead: a
+# straggler on cores of its own parts doubling's ranks nearly one by one, and an event loop
+# over every class is then slower than the replay's over every rank.
+_MOST_CLASSES = 64
 
 
 def covers(spec: RunSpec) -> bool:
@@ -67,7 +71,7 @@ def covers(spec: RunSpec) -> bool:
     from commsim.strategies import get_strategy
 
     c = spec.cluster
-    if spec.strategy not in ("ring", "ddp") or spec.stragglers or c.slow_links_Bps:
+    if spec.strategy not in ("ring", "ddp") or c.slow_links_Bps:
         return False
     strategy = get_strategy(spec.strategy)
     p = spec.world_size
@@ -77,10 +81,13 @@ def covers(spec: RunSpec) -> bool:
     algorithm = strategy.algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
-    if by_class(algorithm, g):
-        # Classes of ranks by their place in the schedule (``place_classes``); one rank per
-        # host, or one host, so that no CPU or NIC mixes classes.
+    if by_class(algorithm, g, bool(spec.stragglers)):
+        # Classes of ranks by their place in the schedule and their speed
+        # (``place_classes``); one rank per host, or one host, so that no CPU or NIC mixes
+        # classes.
         return c.ranks_per_host == 1 or c.hosts == 1
+    if spec.stragglers:
+        return False
     if c.hosts > 1 and c.ranks_per_host == 2:
         # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
         # host and receives from the previous host, the second the other way round; both
@@ -94,12 +101,13 @@ def covers(spec: RunSpec) -> bool:
     return algorithm == "ring" or g == 1
 
 
-def by_class(algorithm: str, g: int) -> bool:
+def by_class(algorithm: str, g: int, stragglers: bool = False) -> bool:
     """Whether an all-reduce over ``g`` ranks treats its ranks by class: a tree, or doubling
-    over a number that is not a power of two (its fold); the others treat every rank
-    alike."""
-    return g > 1 and (algorithm == "tree" or (algorithm in ("recursive_doubling",
-                                                          "rabenseifner") and g & (g - 1) != 0))
+    over a number that is not a power of two (its fold) or with stragglers (whose delay
+    reaches the others by the doubling's partners, log2 g classes); a ring, alike or not,
+    takes every rank alike (a straggler's delay travels round it rank by rank: ``fast_runs``)."""
+    doubling = algorithm in ("recursive_doubling", "rabenseifner")
+    return g > 1 and (algorithm == "tree" or (doubling and (g & (g - 1) != 0 or stragglers)))
 
 
 def equal_steps(left: int, wire: float, work: float, job_left, *, alone: float, both: float,
@@ -191,45 +199,60 @@ def schedule_rounds(algorithm: str, g: int) -> list[tuple]:
     return rounds
 
 
-def place_classes(g: int, rounds) -> tuple[list[int], list[list[tuple]]]:
+def tile_rounds(rounds, g: int, p: int) -> list[tuple]:
+    """``rounds`` of one group of ``g`` places for the p // g groups of ``p`` places."""
+    groups = p // g
+    offset = np.repeat(np.arange(groups) * g, g)
+    return [(key, np.tile(code, groups), np.tile(partner, groups) + offset, share, reduce)
+            for key, code, partner, share, reduce in rounds]
+
+
+def place_classes(p: int, rounds, ready=None, speed=None,
+                  own_cpus: bool = False) -> tuple[list[int], list[list[tuple]]]:
     """The places of a schedule's ``rounds`` (``schedule_rounds``) by class, and each class's
-    steps.  Places of one class take the same steps at the same instants where they start
-    alike: the places are timed once with generic message and reduction seconds and grouped
-    by steps and times.  A tree over a power of two has a class per count of trailing zero
-    bits (log2 g + 1), and doubling one class; over other sizes the places beside a missing
-    child or a fold, and those they reach, part (a tree: 15 classes at 1,000 places, 40 at
-    50,000).  Classes are numbered by their first place; a step is (``"recv" | "send" |
-    "both"``, key, share of the bytes, reduction after, partners), its partners the classes
-    of its places' partners.  ``_Lockstep`` checks at every message that a class's places
-    still act together (on a real CPU their times may part where the generic ones did
-    not)."""
-    t = np.zeros(g)
-    codes, times = [], []
+    steps.  Places of one class take the same steps at the same instants: the places are
+    timed with generic message, reduction and compute seconds, a collective after another
+    (each starting when a place is ``ready`` for it, a row per collective: default one, all
+    at 0, or when the one before ended; with stragglers, with compute a hundredth, once and a
+    hundred times as long) and grouped by their compute ``speed`` (a straggler's factor;
+    ``own_cpus``: each rank's on cores of its own), steps and times.  A tree over a power of two has a class per count of trailing
+    zero bits (log2 g + 1), and doubling one class; over other sizes the places beside a
+    missing child or a fold, and those they reach, part (a tree: 15 classes at 1,000 places,
+    40 at 50,000), and a straggler parts the places its delay reaches.  Classes are numbered
+    by their first place; a step is (``"recv" | "send" | "both"``, key, share of the bytes,
+    reduction after, partners), its partners the classes of its places' partners.
+    ``_Lockstep`` checks at every message that a class's places still act together (on a
+    real CPU their times may part where the generic ones did not)."""
     latency, per_share, reduction = 0.6180, 1.0, 0.3713        # generic: no chance ties
-    for _, code, partner, share, reduce in rounds:
-        at = np.flatnonzero(code)
-        done = np.maximum(t[at], t[partner[at]]) + (latency + share * per_share)
-        if reduce:
-            done = np.where(code[at] != SEND, done + share * reduction, done)
-        t[at] = done
-        stamp = np.zeros(g)
-        stamp[at] = done
-        codes.append(code)
-        times.append(stamp)
-    rows = np.vstack(codes + times).T if rounds else np.zeros((g, 1))
-    # Grouped by a random projection of each place's row (sorting 65,536 rows themselves
-    # takes a second), then checked row by row; a collision groups the rows themselves.
-    key = np.zeros(g)
-    for column, weight in zip(rows.T, np.random.default_rng(0).random(rows.shape[1])):
-        key += column * weight        # (elementwise: a matrix product may round equal rows apart)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if not (rows == rows[first][inverse.ravel()]).all():
-        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)                          # class numbers by first place
-    number = np.empty_like(order)
-    number[order] = np.arange(order.size)
-    cls = number[inverse.ravel()]
-    steps = [[] for _ in range(order.size)]
+    label = np.zeros(p) if speed is None else np.unique(speed, return_inverse=True)[1] * 1.0
+    # On CPUs of their own a slower rank's reductions and messages may be slower too (its
+    # compute beside them on its cores): they take longer here, so that the ranks they reach
+    # part.  (On one pool every job runs at one speed.)
+    slow = np.ones(p) if speed is None or not own_cpus else \
+        np.asarray(speed, dtype=float) ** 0.37
+    # Where compute is short, or long, beside a message (a straggler's delay hidden by a
+    # fold's message, or not): the classes of every scale together.
+    ready = [np.zeros(p)] if ready is None else ready
+    scales = (0.01, 1.0, 100.0) if speed is not None else (1.0,)
+    for scale, begin in ((scale, begin) for scale in scales for begin in ready):
+        if begin is ready[0]:
+            end = np.zeros(p)
+        t = np.maximum(end, begin * scale)
+        columns = [label]
+        for _, code, partner, share, reduce in rounds:
+            at = np.flatnonzero(code)
+            done = np.maximum(t[at], t[partner[at]]) + (
+                latency + share * per_share * np.maximum(slow[at], slow[partner[at]]))
+            if reduce:
+                done = np.where(code[at] != SEND, done + share * reduction * slow[at], done)
+            t[at] = done
+            stamp = np.zeros(p)
+            stamp[at] = done
+            columns += [code, stamp]
+        end = t
+        label = _grouped(np.vstack(columns).T) * 1.0
+    cls = label.astype(np.int64)
+    steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
     for key, code, partner, share, reduce in rounds:
         at = np.flatnonzero(code)
         met = {}
@@ -239,6 +262,22 @@ def place_classes(g: int, rounds) -> tuple[list[int], list[list[tuple]]]:
         for (c, kind), qs in met.items():
             steps[c].append((_KINDS[kind], key, share, reduce and kind != SEND, tuple(qs)))
     return cls.tolist(), steps
+
+
+def _grouped(rows) -> np.ndarray:
+    """Each row's group of equal rows, numbered by first row.  Grouped by a random projection
+    of each row (sorting 65,536 rows themselves takes a second), then checked row by row; a
+    collision groups the rows themselves."""
+    key = np.zeros(rows.shape[0])
+    for column, weight in zip(rows.T, np.random.default_rng(0).random(rows.shape[1])):
+        key += column * weight        # (elementwise: a matrix product may round equal rows apart)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if not (rows == rows[first][inverse.ravel()]).all():
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)                          # class numbers by first place
+    number = np.empty_like(order)
+    number[order] = np.arange(order.size)
+    return number[inverse.ravel()]
 
 
 class _Lockstep:
@@ -544,14 +583,29 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     p = spec.world_size
     g = spec.group_size or p
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
-    classes = by_class(algorithm, g)
+    classes = by_class(algorithm, g, bool(spec.stragglers))
     ranks_class = [0] * p
     weights = None
+    factor = [1.0]                                # per class: its ranks' compute speed
     if classes:
-        places, schedule = place_classes(g, schedule_rounds(algorithm, g))
-        ranks_class = [places[r % g] for r in range(p)]
+        speed = np.array([spec.stragglers.get(r, 1.0) for r in range(p)])
+        # When each rank is ready for its first collectives, in generic compute seconds
+        # (forward, then its share of backward): DDP's buckets, or every tensor after
+        # backward, the second starting when the first ends.  More would part no more
+        # classes but where a later bucket's readiness does; ``_Lockstep`` checks it.
+        fractions = ([b.ready_fraction if spec.overlap else 1.0 for b in costs.buckets][:4]
+                     if buckets else [1.0, 1.0])
+        ready = [speed * (0.5309 + fraction * 0.7717) for fraction in fractions]
         # On one CPU for all, a class's every rank shares it; else each rank has its own.
         shared = c.shared_cpu_cores is not None or c.hosts == 1
+        ranks_class, schedule = place_classes(
+            p, tile_rounds(schedule_rounds(algorithm, g), g, p), ready,
+            speed if spec.stragglers else None, own_cpus=not shared)
+        if len(schedule) > _MOST_CLASSES + 8 * p.bit_length():
+            raise NotExact(f"the ranks part into {len(schedule)} classes")
+        factor = [0.0] * len(schedule)
+        for r, k in enumerate(ranks_class):
+            factor[k] = float(speed[r])
         size = Counter(ranks_class)
         weights = [size[k] if shared else 1 for k in range(len(schedule))]
         sim = _Lockstep(spec, costs, weights, own_cpus=not shared)
@@ -603,26 +657,28 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
             if spec.overlap:
                 segment = (bucket.ready_fraction - done) * costs.backward_s
                 if segment > 0:
-                    yield ("cpu", segment, threads, True)
+                    yield ("cpu", segment * factor[k], threads, True)
                 done = max(done, bucket.ready_fraction)
                 sim.signal(("ready", k, i))
         if done < 1.0:
-            yield ("cpu", (1.0 - done) * costs.backward_s, threads, True)
+            yield ("cpu", (1.0 - done) * costs.backward_s * factor[k], threads, True)
         if not spec.overlap:
             for i in range(len(costs.buckets)):
                 sim.signal(("ready", k, i))
         yield ("for", ("end", talker))
 
     def compute(k):
+        f = factor[k]
         for _ in range(spec.sync_every - 1):
-            yield ("cpu", costs.forward_s, threads, True)
-            yield ("cpu", costs.backward_s, threads, True)
+            yield ("cpu", costs.forward_s * f, threads, True)
+            yield ("cpu", costs.backward_s * f, threads, True)
         end = None
         if buckets:
             # One buffer broadcast for all: every class starts it at the same instant.
             if not ends:
                 ends.append((sim.now, broadcast_end(sim.now)))
-            elif abs(ends[0][0] - sim.now) > 1e-12 * max(1.0, sim.now):
+            elif ends[0][1] is not None and abs(ends[0][0] - sim.now) > 1e-12 * max(1.0,
+                                                                                   sim.now):
                 raise NotExact("the ranks of a schedule's classes start the buffer broadcast "
                                "apart")
             end = ends[0][1]
@@ -630,14 +686,14 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
             sim.enter(k)
             yield ("until", end)
             sim.exit(k)
-        yield ("cpu", costs.forward_s, threads, True)
+        yield ("cpu", costs.forward_s * f, threads, True)
         if buckets:
             yield from backward_by_bucket(k)
         else:
-            yield ("cpu", costs.backward_s, threads, True)
+            yield ("cpu", costs.backward_s * f, threads, True)
             for i, nbytes in enumerate(costs.param_bytes):
                 yield from allreduce(k, i, nbytes)
-        yield ("cpu", costs.optimizer_s, threads, True)
+        yield ("cpu", costs.optimizer_s * f, threads, True)
         sim.finish[k] = sim.now
 
     ends = []
