@@ -83,6 +83,7 @@ def test_what_lockstep_does_not_cover():
              dict(strategy="ddp", stragglers={1: 1.5}),
              dict(strategy="ring", stragglers={1: 1.5}, algorithm="tree", ranks_per_host=2),
              dict(strategy="ddp", slow_links_Bps={1: 1e6}),
+             dict(strategy="ddp", slow_links_Bps={1: 1e6}, algorithm="tree", ranks_per_host=2),
              dict(strategy="ddp", algorithm="tree", ranks_per_host=2),
              dict(strategy="ring", algorithm="recursive_doubling", nodes=3, ranks_per_host=2),
              dict(strategy="ps")]
@@ -115,10 +116,11 @@ def test_classes_over_any_number_of_ranks(profile, cpu, hosts, local, monkeypatc
 @pytest.mark.parametrize("profile", ["distinct", "bundled"])
 @pytest.mark.parametrize("cpu", CPU)
 @pytest.mark.parametrize("hosts, local", [(4, 1), (5, 1), (8, 1), (1, 4), (1, 6)])
-def test_stragglers_by_class(profile, cpu, hosts, local, monkeypatch):
-    """A straggler on a tree or a doubling algorithm: it and the ranks its delay reaches are
-    classes of their own, without a replay to fall back on.  (Not DDP's buffer broadcast
-    after local steps: the classes reach it apart, and every rank is replayed.)"""
+def test_stragglers_and_slow_links_by_class(profile, cpu, hosts, local, monkeypatch):
+    """A straggler or a slow link on a tree or a doubling algorithm: it and the ranks its
+    delay reaches are classes of their own, without a replay to fall back on.  (Not DDP's
+    buffer broadcast after local steps: the classes reach it apart, and every rank is
+    replayed.)"""
     from commsim.sim import fast
     monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
     p = hosts * local
@@ -128,7 +130,10 @@ def test_stragglers_by_class(profile, cpu, hosts, local, monkeypatch):
                              ("ring", dict(stragglers={0: 1.3, 2: 1.3}, sync_every=2)),
                              ("ddp", dict(stragglers={2: 1.3}, sync_every=2,
                                           broadcast_buffers=False)),
-                             ("ddp", dict(stragglers={3: 1.7}, group_size=2))):
+                             ("ddp", dict(stragglers={3: 1.7}, group_size=2)),
+                             ("ring", dict(slow_links_Bps={min(1, hosts - 1): 2e6})),
+                             ("ddp", dict(slow_links_Bps={hosts - 1: 5e6}, stragglers={0: 1.4})),
+                             ("ddp", dict(slow_links_Bps={0: 1e7, 2 % hosts: 3e6}))):
             if p % kw.get("group_size", 1) == 0:
                 check(PROFILES[profile], strategy, hosts, local, cpu, algorithm=algorithm, **kw)
 
@@ -275,9 +280,9 @@ def test_a_tree_on_a_pool_by_hand():
        hosts=st.sampled_from([(2, 1), (3, 1), (8, 1), (1, 2), (1, 3), (2, 2), (3, 2)]),
        options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
        bucket_bytes=st.sampled_from([300_000, 500_000, 5_000_000]),
-       straggler=st.sampled_from([None, 1.4, 3.0]))
+       straggler=st.sampled_from([None, 1.4, 3.0]), slow_link=st.sampled_from([None, 3e6]))
 def test_random_combinations_match_the_des(profile, cpu, hosts, options, bucket_bytes,
-                                           straggler):
+                                           straggler, slow_link):
     kw = {}
     for name in options:
         kw.update(OPTIONS[name])
@@ -285,6 +290,8 @@ def test_random_combinations_match_the_des(profile, cpu, hosts, options, bucket_
     p = hosts * local
     if straggler:
         kw["stragglers"] = {p - 1: straggler}
+    if slow_link:
+        kw["slow_links_Bps"] = {0: slow_link}
     if kw.get("group_size") and p % kw["group_size"]:
         kw.pop("group_size")
     sc = Scenario(global_batch=64 * p, bucket_bytes=bucket_bytes, ranks_per_host=local,

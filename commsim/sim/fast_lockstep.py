@@ -71,7 +71,7 @@ def covers(spec: RunSpec) -> bool:
     from commsim.strategies import get_strategy
 
     c = spec.cluster
-    if spec.strategy not in ("ring", "ddp") or c.slow_links_Bps:
+    if spec.strategy not in ("ring", "ddp"):
         return False
     strategy = get_strategy(spec.strategy)
     p = spec.world_size
@@ -81,12 +81,13 @@ def covers(spec: RunSpec) -> bool:
     algorithm = strategy.algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
-    if by_class(algorithm, g, bool(spec.stragglers)):
-        # Classes of ranks by their place in the schedule and their speed
+    uneven = bool(spec.stragglers or c.slow_links_Bps)
+    if by_class(algorithm, g, uneven):
+        # Classes of ranks by their place in the schedule, their speed and their link
         # (``place_classes``); one rank per host, or one host, so that no CPU or NIC mixes
         # classes.
         return c.ranks_per_host == 1 or c.hosts == 1
-    if spec.stragglers:
+    if uneven:
         return False
     if c.hosts > 1 and c.ranks_per_host == 2:
         # A ring over pairs of ranks on alike hosts: the first of each pair sends inside the
@@ -101,13 +102,14 @@ def covers(spec: RunSpec) -> bool:
     return algorithm == "ring" or g == 1
 
 
-def by_class(algorithm: str, g: int, stragglers: bool = False) -> bool:
+def by_class(algorithm: str, g: int, uneven: bool = False) -> bool:
     """Whether an all-reduce over ``g`` ranks treats its ranks by class: a tree, or doubling
-    over a number that is not a power of two (its fold) or with stragglers (whose delay
-    reaches the others by the doubling's partners, log2 g classes); a ring, alike or not,
-    takes every rank alike (a straggler's delay travels round it rank by rank: ``fast_runs``)."""
+    over a number that is not a power of two (its fold) or on an ``uneven`` cluster
+    (stragglers, slow links: their delay reaches the others by the doubling's partners,
+    log2 g classes); a ring, alike or not, takes every rank alike (a straggler's delay travels
+    round it rank by rank: ``fast_runs``)."""
     doubling = algorithm in ("recursive_doubling", "rabenseifner")
-    return g > 1 and (algorithm == "tree" or (doubling and (g & (g - 1) != 0 or stragglers)))
+    return g > 1 and (algorithm == "tree" or (doubling and (g & (g - 1) != 0 or uneven)))
 
 
 def equal_steps(left: int, wire: float, work: float, job_left, *, alone: float, both: float,
@@ -207,15 +209,16 @@ def tile_rounds(rounds, g: int, p: int) -> list[tuple]:
             for key, code, partner, share, reduce in rounds]
 
 
-def place_classes(p: int, rounds, ready=None, speed=None,
-                  own_cpus: bool = False) -> tuple[list[int], list[list[tuple]]]:
+def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False,
+                  link=None) -> tuple[list[int], list[list[tuple]]]:
     """The places of a schedule's ``rounds`` (``schedule_rounds``) by class, and each class's
     steps.  Places of one class take the same steps at the same instants: the places are
     timed with generic message, reduction and compute seconds, a collective after another
     (each starting when a place is ``ready`` for it, a row per collective: default one, all
     at 0, or when the one before ended; with stragglers, with compute a hundredth, once and a
     hundred times as long) and grouped by their compute ``speed`` (a straggler's factor;
-    ``own_cpus``: each rank's on cores of its own), steps and times.  A tree over a power of two has a class per count of trailing
+    ``own_cpus``: each rank's on cores of its own) and ``link`` (how many times slower its
+    host's link is than the others'), steps and times.  A tree over a power of two has a class per count of trailing
     zero bits (log2 g + 1), and doubling one class; over other sizes the places beside a
     missing child or a fold, and those they reach, part (a tree: 15 classes at 1,000 places,
     40 at 50,000), and a straggler parts the places its delay reaches.  Classes are numbered
@@ -224,16 +227,20 @@ def place_classes(p: int, rounds, ready=None, speed=None,
     ``_Lockstep`` checks at every message that a class's places still act together (on a
     real CPU their times may part where the generic ones did not)."""
     latency, per_share, reduction = 0.6180, 1.0, 0.3713        # generic: no chance ties
-    label = np.zeros(p) if speed is None else np.unique(speed, return_inverse=True)[1] * 1.0
+    label = np.zeros(p)
+    for alike in (speed, link):
+        if alike is not None:
+            label = _grouped(np.column_stack([label, alike])) * 1.0
     # On CPUs of their own a slower rank's reductions and messages may be slower too (its
     # compute beside them on its cores): they take longer here, so that the ranks they reach
     # part.  (On one pool every job runs at one speed.)
     slow = np.ones(p) if speed is None or not own_cpus else \
         np.asarray(speed, dtype=float) ** 0.37
+    wire = np.ones(p) if link is None else np.asarray(link, dtype=float)
     # Where compute is short, or long, beside a message (a straggler's delay hidden by a
     # fold's message, or not): the classes of every scale together.
     ready = [np.zeros(p)] if ready is None else ready
-    scales = (0.01, 1.0, 100.0) if speed is not None else (1.0,)
+    scales = (0.01, 1.0, 100.0) if speed is not None or link is not None else (1.0,)
     for scale, begin in ((scale, begin) for scale in scales for begin in ready):
         if begin is ready[0]:
             end = np.zeros(p)
@@ -242,7 +249,8 @@ def place_classes(p: int, rounds, ready=None, speed=None,
         for _, code, partner, share, reduce in rounds:
             at = np.flatnonzero(code)
             done = np.maximum(t[at], t[partner[at]]) + (
-                latency + share * per_share * np.maximum(slow[at], slow[partner[at]]))
+                latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
+                * np.maximum(wire[at], wire[partner[at]]))
             if reduce:
                 done = np.where(code[at] != SEND, done + share * reduction * slow[at], done)
             t[at] = done
@@ -285,9 +293,12 @@ class _Lockstep:
     their CPUs (a class's rank shares its CPU with ``weights[c]`` ranks of its class, and on one
     CPU for all, with the other classes' ranks), and their messages."""
 
-    def __init__(self, spec: RunSpec, costs: CostInputs, weights=None, own_cpus=False):
+    def __init__(self, spec: RunSpec, costs: CostInputs, weights=None, own_cpus=False,
+                 bandwidth=None):
         c = spec.cluster
         self.costs = costs
+        # Class -> its ranks' link (a message between classes takes the slower's).
+        self.bandwidth = bandwidth
         self.cores, m = cpu_of(spec)
         # Class -> ranks of it on one CPU; class -> which CPU (one for all, or one per class
         # where each rank has a host of its own).
@@ -305,7 +316,8 @@ class _Lockstep:
         self.intra_latency_s, bandwidth = intra_link(c)
         self.intra_per_byte = 1.0 / bandwidth
         self.latency_s = c.nic_latency_s
-        self.per_byte = costs.wire("all_reduce") / c.nic_bandwidth_Bps
+        self.wire = costs.wire("all_reduce")
+        self.per_byte = self.wire / c.nic_bandwidth_Bps
         self.capped = self.contention and self.inter
         self.now = 0.0
         self.jobs: dict[int, list] = {}          # process -> [work left, threads, compute, start]
@@ -317,6 +329,7 @@ class _Lockstep:
         self.fired: set = set()
         # Messages between classes: (message, class) -> [process, partners left, delivery].
         self.posts: dict = {}
+        self._tallies: dict = {}                  # cpu -> ``_tally``, until it changes
         n = len(self.weights)
         self.depth = [0] * n                      # nested collectives a class's rank is inside
         self.order = 0
@@ -347,7 +360,15 @@ class _Lockstep:
         return compute, gloo, self.depth[0] > 0
 
     def _tally(self, cpu: int):
-        """(busy threads, compute threads, ranks inside a collective) on ``cpu``."""
+        """(busy threads, compute threads, ranks inside a collective) on ``cpu``, kept until
+        a job starts or ends or a class enters or leaves a collective (many classes ask for
+        it at every message)."""
+        tally = self._tallies.get(cpu)
+        if tally is None:
+            tally = self._tallies[cpu] = self._count(cpu)
+        return tally
+
+    def _count(self, cpu: int):
         busy = computing = talking = 0.0
         for k, job in self.jobs.items():
             c = self.cls[k]
@@ -406,6 +427,8 @@ class _Lockstep:
         if not self.inter:
             return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
         per_byte = self.per_byte
+        if self.bandwidth is not None:
+            per_byte = self.wire / min(self.bandwidth[a], self.bandwidth[b])
         if self.capped:
             cap = min(self.costs.contended_Bps(self.cpu_load_of(self.cpu[a])),
                       self.costs.contended_Bps(self.cpu_load_of(self.cpu[b])))
@@ -419,9 +442,11 @@ class _Lockstep:
         if self.depth[c] == 0:
             self._since[c] = self.now
         self.depth[c] += 1
+        self._tallies.clear()
 
     def exit(self, c: int = 0) -> None:
         self.depth[c] -= 1
+        self._tallies.clear()
         if self.depth[c] == 0:
             self.comm_s[c] += self.now - self._since[c]
 
@@ -517,6 +542,7 @@ class _Lockstep:
                     return
                 self._advance(self.now)
                 self.jobs[k] = [work, threads, compute, self.now]
+                self._tallies.clear()
                 return
             if kind == "wait":
                 if action[1] > 0:
@@ -564,6 +590,7 @@ class _Lockstep:
                 on_cpu = {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
                 for k in finished(on_cpu):
                     job = self.jobs.pop(k)
+                    self._tallies.clear()
                     if job[2]:
                         self.compute_s[self.cls[k]] += self.now - job[3]
                     self.ready.append(k)
@@ -583,7 +610,8 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     p = spec.world_size
     g = spec.group_size or p
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
-    classes = by_class(algorithm, g, bool(spec.stragglers))
+    uneven = bool(spec.stragglers or c.slow_links_Bps)
+    classes = by_class(algorithm, g, uneven)
     ranks_class = [0] * p
     weights = None
     factor = [1.0]                                # per class: its ranks' compute speed
@@ -598,17 +626,22 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
         ready = [speed * (0.5309 + fraction * 0.7717) for fraction in fractions]
         # On one CPU for all, a class's every rank shares it; else each rank has its own.
         shared = c.shared_cpu_cores is not None or c.hosts == 1
+        # Per rank, its host's link (the slower end of a message sets its bandwidth).
+        link = np.array([c.bandwidth_of(c.host_of(r)) for r in range(p)])
         ranks_class, schedule = place_classes(
             p, tile_rounds(schedule_rounds(algorithm, g), g, p), ready,
-            speed if spec.stragglers else None, own_cpus=not shared)
+            speed if spec.stragglers else None, own_cpus=not shared,
+            link=c.nic_bandwidth_Bps / link if c.slow_links_Bps else None)
         if len(schedule) > _MOST_CLASSES + 8 * p.bit_length():
             raise NotExact(f"the ranks part into {len(schedule)} classes")
         factor = [0.0] * len(schedule)
+        bandwidth = [0.0] * len(schedule)
         for r, k in enumerate(ranks_class):
             factor[k] = float(speed[r])
+            bandwidth[k] = float(link[r])
         size = Counter(ranks_class)
         weights = [size[k] if shared else 1 for k in range(len(schedule))]
-        sim = _Lockstep(spec, costs, weights, own_cpus=not shared)
+        sim = _Lockstep(spec, costs, weights, own_cpus=not shared, bandwidth=bandwidth)
     else:
         sim = _Lockstep(spec, costs)
     fp16 = spec.compression == "fp16"
