@@ -12,22 +12,25 @@ Rabenseifner over a power of two), or of two ranks per host in a ring (within gr
 even size: of a step's two messages each rank of a host sends one and receives the other,
 one inside the host and one from another, so both wait for the later).  There every rank
 posts, computes, reduces and enters or leaves its collectives at the same instants as every
-other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of its jobs (m = the ranks sharing it) and
-each of its messages has a twin arriving from its partner at the same instant.
+other, so one rank's events tell them all: the CPU it shares carries ``m`` copies of each of
+its jobs (m = the ranks sharing it) and each of its messages has a twin arriving from its
+partner at the same instant.
 
 A binomial tree (``tree``) treats its ranks by class (``place_classes``): over a power of two a
 place's trailing zero bits say in which round it sends up and in which mask the broadcast
 reaches it; over other sizes the places beside a missing child, and their subtrees, part too.
-So do recursive doubling and Rabenseifner over a number that is not a power of two: the
-ranks that hand their buffers over in MPICH's fold, those that take them, and the survivors
-whose partners start late (3 or 4 classes at 1,000 ranks).  On a uniform cluster of one rank per host, or of one host, the ranks of a class act at the
-same instants: one rank of each class is simulated, the CPU of all (one pool, one host)
-carrying each class's jobs as many times as it has ranks, or each class's rank on a CPU of
-its own.  A message joins a rank of one class with ranks of several (a sender's parent may be
-of any higher class, as a receiver's in the broadcast): each pair is delivered when both have
-posted, and where the pairs of one class's rank would arrive apart, its ranks would part, and
-the engine raises ``NotExact`` (every rank is then replayed).  log2(g)+1 classes for a tree
-over a power of two (a few dozen otherwise) and O(classes x log g) events a collective.
+So do recursive doubling and Rabenseifner over a number that is not a power of two (the ranks
+MPICH's fold sets aside, those that take their buffers, the survivors whose partners start
+late: 3 or 4 classes at 1,000 ranks), and both algorithms on an uneven cluster: a straggler or
+a slow link, and the ranks its delay reaches along the schedule, are classes of their own.
+On one rank per host, or one host, the ranks of a class act at the same instants: one rank
+of each class is simulated, the CPU of all (one pool, one host) carrying each class's jobs as
+many times as it has ranks, or each class's rank on a CPU of its own.  A message joins a rank
+of one class with ranks of several (a sender's parent may be of any higher class, as a
+receiver's in the broadcast): each pair is delivered when both have posted, and where the
+pairs of one class's rank would arrive apart, its ranks would part, and the engine raises
+``NotExact`` (every rank is then replayed).  log2(g)+1 classes for a tree over a power of two
+(a few dozen otherwise) and O(classes x log g) events a collective.
 
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
 first alone, all-reducing every tensor after backward):
@@ -218,10 +221,11 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     at 0, or when the one before ended; with stragglers, with compute a hundredth, once and a
     hundred times as long) and grouped by their compute ``speed`` (a straggler's factor;
     ``own_cpus``: each rank's on cores of its own) and ``link`` (how many times slower its
-    host's link is than the others'), steps and times.  A tree over a power of two has a class per count of trailing
-    zero bits (log2 g + 1), and doubling one class; over other sizes the places beside a
-    missing child or a fold, and those they reach, part (a tree: 15 classes at 1,000 places,
-    40 at 50,000), and a straggler parts the places its delay reaches.  Classes are numbered
+    host's link is than the others'), steps and times.  A tree over a power of two has a
+    class per count of trailing zero bits (log2 g + 1), and doubling one class; over other
+    sizes the places beside a missing child or a fold, and those they reach, part (a tree:
+    15 classes at 1,000 places, 40 at 50,000), and a straggler or a slow link parts the
+    places its delay reaches.  Classes are numbered
     by their first place; a step is (``"recv" | "send" | "both"``, key, share of the bytes,
     reduction after, partners), its partners the classes of its places' partners.
     ``_Lockstep`` checks at every message that a class's places still act together (on a
