@@ -4,9 +4,9 @@ Usage:  python bench/scale.py [--profile FILE] [--ranks 1024,65536] [--no-pairs]
                               [--no-commands] [--timeout S] [--combos]
 
 ``--combos`` looks for the slow corners the default run leaves out: node counts that are not
-a power of two (1,000 ranks beside 1,024) and triples of options (every pair of options with
-ranks-per-host 2 and a straggler or a slow link, which make hosts uneven), in-process only
-(no fresh processes, no sweep or tune).
+a power of two (1,000 ranks beside 1,024) and triples of options (a straggler or a slow link,
+which make hosts uneven, with ranks-per-host 2 or shared-cpu-cores 2, which share a NIC or
+cores, and any third option), in-process only (no fresh processes, no sweep or tune).
 
 Steps:
 1. load the profile (``--profile``, else the bundled one, else VGG-11's real parameter shapes from
@@ -111,9 +111,10 @@ def vgg11_nominal() -> Profile:
         network=NetworkFit(**link), collectives=colls)
 
 
-# ``--combos``: the options that make hosts uneven or share a NIC, combined with every pair.
+# ``--combos``: the options that make hosts uneven, with those that share a NIC or cores, and
+# any third.
 UNEVEN = ("straggler 1:1.5", "slow-link 3:10mbit")
-SHARED = "ranks-per-host 2"
+SHARING = ("ranks-per-host 2", "shared-cpu-cores 2")
 
 
 def combined(names) -> list:
@@ -133,7 +134,7 @@ def combined(names) -> list:
 def cases(pairs: bool, triples: bool = False):
     """(label, strategy, options): the defaults, every option on every strategy it applies to,
     (``pairs``) every pair of options on every strategy that takes both, and (``triples``)
-    each uneven option (``UNEVEN``) with ranks-per-host 2 and any third option."""
+    each uneven option (``UNEVEN``) with each sharing one (``SHARING``) and any third option."""
     out = [("defaults", s, {}) for s in STRATEGIES]
     for name, (options, strategies) in OPTIONS.items():
         out += [(name, s, options) for s in strategies]
@@ -142,9 +143,10 @@ def cases(pairs: bool, triples: bool = False):
             out += combined(names)
     if triples:
         for uneven in UNEVEN:
-            for third in OPTIONS:
-                if third not in (SHARED, *UNEVEN[:UNEVEN.index(uneven) + 1]):
-                    out += combined((uneven, SHARED, third))
+            for i, shared in enumerate(SHARING):
+                for third in OPTIONS:
+                    if third not in (*SHARING[:i + 1], *UNEVEN[:UNEVEN.index(uneven) + 1]):
+                        out += combined((uneven, shared, third))
     return out
 
 
