@@ -138,6 +138,26 @@ def test_stragglers_and_slow_links_by_class(profile, cpu, hosts, local, monkeypa
                 check(PROFILES[profile], strategy, hosts, local, cpu, algorithm=algorithm, **kw)
 
 
+@pytest.mark.parametrize("profile", ["distinct", "bundled"])
+@pytest.mark.parametrize("cpu", CPU)
+@pytest.mark.parametrize("hosts, local", [(6, 1), (8, 1), (12, 1), (1, 6)])
+def test_rings_of_groups_on_uneven_hosts_by_class(profile, cpu, hosts, local, monkeypatch):
+    """Rings of groups with a straggler or a slow link: the other groups are alike, the
+    uneven one's ranks classes of their own, without a replay to fall back on."""
+    from commsim.sim import fast
+    monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
+    p = hosts * local
+    for group in (2, 3, 4):
+        if p % group:
+            continue
+        for strategy, kw in (("ring", dict(stragglers={1: 1.5})),
+                             ("ddp", dict(stragglers={p - 1: 2.0})),
+                             ("ddp", dict(slow_links_Bps={hosts - 1: 3e6})),
+                             ("ring", dict(slow_links_Bps={0: 1e7}, stragglers={2: 1.3},
+                                           sync_every=2))):
+            check(PROFILES[profile], strategy, hosts, local, cpu, group_size=group, **kw)
+
+
 def test_steps_of_each_algorithm():
     """Bytes and reduction work per step, checkable by hand: 8 bytes over 4 ranks, γ = 1."""
     assert fast_lockstep.steps_of("ring", 8.0, 4, 1.0) == [(3, 2.0, 2.0), (3, 2.0, 0.0)]

@@ -41,10 +41,10 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    of two) that treats every rank alike, or of two ranks per host in a ring, every rank acts
    at the same instants: one rank's events, its CPU carrying its twins' jobs, give them all.
    A tree's ranks, and a doubling algorithm's over a number that is not a power of two (its
-   fold) or with stragglers or slow links, act by class (``fast_lockstep.place_classes``: for
-   a tree over a power of two, the place's trailing zero bits; a straggler or a slow link and
-   the ranks its delay reaches part), one rank of each class simulated, on one rank per host
-   or one host.
+   fold) or with stragglers or slow links, and rings of groups with stragglers or slow
+   links, act by class (``fast_lockstep.place_classes``: for a tree over a power of two, the
+   place's trailing zero bits; a straggler or a slow link and the ranks its delay reaches
+   part), one rank of each class simulated, on one rank per host or one host.
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends

@@ -23,6 +23,7 @@ So do recursive doubling and Rabenseifner over a number that is not a power of t
 MPICH's fold sets aside, those that take their buffers, the survivors whose partners start
 late: 3 or 4 classes at 1,000 ranks), and both algorithms on an uneven cluster: a straggler or
 a slow link, and the ranks its delay reaches along the schedule, are classes of their own.
+Rings of groups on an uneven cluster too: the other groups are alike.
 On one rank per host, or one host, the ranks of a class act at the same instants: one rank
 of each class is simulated, the CPU of all (one pool, one host) carrying each class's jobs as
 many times as it has ranks, or each class's rank on a CPU of its own.  A message joins a rank
@@ -85,7 +86,7 @@ def covers(spec: RunSpec) -> bool:
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"
     uneven = bool(spec.stragglers or c.slow_links_Bps)
-    if by_class(algorithm, g, uneven):
+    if by_class(algorithm, g, p, uneven):
         # Classes of ranks by their place in the schedule, their speed and their link
         # (``place_classes``); one rank per host, or one host, so that no CPU or NIC mixes
         # classes.
@@ -105,14 +106,16 @@ def covers(spec: RunSpec) -> bool:
     return algorithm == "ring" or g == 1
 
 
-def by_class(algorithm: str, g: int, uneven: bool = False) -> bool:
-    """Whether an all-reduce over ``g`` ranks treats its ranks by class: a tree, or doubling
-    over a number that is not a power of two (its fold) or on an ``uneven`` cluster
-    (stragglers, slow links: their delay reaches the others by the doubling's partners,
-    log2 g classes); a ring, alike or not, takes every rank alike (a straggler's delay travels
+def by_class(algorithm: str, g: int, p: int, uneven: bool = False) -> bool:
+    """Whether an all-reduce over groups of ``g`` of ``p`` ranks treats its ranks by class: a
+    tree, or doubling over a number that is not a power of two (its fold) or on an ``uneven``
+    cluster (stragglers, slow links: their delay reaches the others by the doubling's
+    partners, log2 g classes), or rings of groups on an uneven cluster (the other groups
+    alike); a world ring takes every rank alike, or goes by runs (a straggler's delay travels
     round it rank by rank: ``fast_runs``)."""
     doubling = algorithm in ("recursive_doubling", "rabenseifner")
-    return g > 1 and (algorithm == "tree" or (doubling and (g & (g - 1) != 0 or uneven)))
+    return g > 1 and (algorithm == "tree" or (doubling and (g & (g - 1) != 0 or uneven))
+                      or (algorithm == "ring" and uneven and g < p))
 
 
 def equal_steps(left: int, wire: float, work: float, job_left, *, alone: float, both: float,
@@ -148,14 +151,18 @@ def steps_of(algorithm: str, nbytes: float, g: int, gamma: float) -> list[tuple[
 
 
 # A place's step in a round of a schedule (``schedule_rounds``).
-RECV, SEND, BOTH = 1, 2, 3
-_KINDS = {RECV: "recv", SEND: "send", BOTH: "both"}
+RECV, SEND, BOTH, RING = 1, 2, 3, 4
+_KINDS = {RECV: "recv", SEND: "send", BOTH: "both", RING: "ring"}
 
 
 def schedule_rounds(algorithm: str, g: int) -> list[tuple]:
     """``collectives``' all-reduce over ``g`` places as rounds, each place taking at most one
-    step a round: (key, code per place (0 none, RECV, SEND, BOTH: an exchange), partner per
-    place, the step's share of the bytes, whether a reduction of them follows).
+    step a round: (key, code per place (0 none, RECV, SEND, BOTH: an exchange, RING: a send to
+    the partner and a receive from the place whose partner it is), partner per place, the
+    step's share of the bytes, whether a reduction of them follows).
+
+    ring (``ring_allreduce``): 2(g-1) steps of a chunk to the right and one from the left, the
+    first g-1 adding what came.
 
     tree (``tree_allreduce``): the reduce at masks 1, 2, 4, ...: a place receives from place
     + m and adds, or sends to place - m and stops; the broadcast at masks down to 1: a place
@@ -173,6 +180,11 @@ def schedule_rounds(algorithm: str, g: int) -> list[tuple]:
         code[a], code[b], partner[a], partner[b] = code_a, code_b, b, a
         rounds.append((key, code, partner, share, reduce))
 
+    if algorithm == "ring":
+        right = (place + 1) % g
+        code = np.full(g, RING, dtype=np.int8)
+        return [(("ring", step), code, right, 1.0 / g, step < g - 1)
+                for step in range(2 * (g - 1))]
     if algorithm == "tree":
         levels = max(g - 1, 0).bit_length()
         for level in range(levels):
@@ -226,8 +238,9 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     sizes the places beside a missing child or a fold, and those they reach, part (a tree:
     15 classes at 1,000 places, 40 at 50,000), and a straggler or a slow link parts the
     places its delay reaches.  Classes are numbered
-    by their first place; a step is (``"recv" | "send" | "both"``, key, share of the bytes,
-    reduction after, partners), its partners the classes of its places' partners.
+    by their first place; a step is (``"recv" | "send" | "both" | "ring"``, key, share of the
+    bytes, reduction after, partners), its partners the classes of its places' partners (a
+    ring's: the (right, left) pairs of classes its places have).
     ``_Lockstep`` checks at every message that a class's places still act together (on a
     real CPU their times may part where the generic ones did not)."""
     latency, per_share, reduction = 0.6180, 1.0, 0.3713        # generic: no chance ties
@@ -255,6 +268,10 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
             done = np.maximum(t[at], t[partner[at]]) + (
                 latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
                 * np.maximum(wire[at], wire[partner[at]]))
+            if code[at[0]] == RING:          # done when its send and its receive are
+                got = np.empty(p)
+                got[partner[at]] = done
+                done = np.maximum(done, got[at])
             if reduce:
                 done = np.where(code[at] != SEND, done + share * reduction * slow[at], done)
             t[at] = done
@@ -267,6 +284,16 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
     for key, code, partner, share, reduce in rounds:
         at = np.flatnonzero(code)
+        if code[at[0]] == RING:
+            sides = {}
+            left_of = np.empty(p, dtype=np.int64)
+            left_of[partner[at]] = at
+            for c, q, l in set(zip(cls[at].tolist(), cls[partner[at]].tolist(),
+                                   cls[left_of[at]].tolist())):
+                sides.setdefault(c, set()).add((q, l))
+            for c in sorted(sides):
+                steps[c].append(("ring", key, share, reduce, tuple(sorted(sides[c]))))
+            continue
         met = {}
         for c, kind, q in sorted(set(zip(cls[at].tolist(), code[at].tolist(),
                                          cls[partner[at]].tolist()))):
@@ -331,7 +358,7 @@ class _Lockstep:
         self.cls: list = []                       # process -> its class
         self.waiting: dict = {}                   # signal -> process waiting for it
         self.fired: set = set()
-        # Messages between classes: (message, class) -> [process, partners left, delivery].
+        # Messages between classes: (message, class) -> [process, pairs left, deliveries].
         self.posts: dict = {}
         self._tallies: dict = {}                  # cpu -> ``_tally``, until it changes
         n = len(self.weights)
@@ -499,21 +526,46 @@ class _Lockstep:
             self.sent[c] += nbytes
         if kind != "send":
             self.received[c] += nbytes
-        self.posts[(message, c)] = [k, len(partners), None]
+        if kind == "ring":
+            # A chunk to the right and one from the left (``partners``: the classes of a
+            # rank's right and left, as its ranks have them): each pair delivered once both
+            # have posted; a rank goes on when its two have arrived, every rank of the class
+            # at one instant.
+            rights = {q for q, _ in partners}
+            lefts = {q for _, q in partners}
+            self.posts[(message, c)] = [k, len(rights) + len(lefts), {}, partners]
+            pairs = ({(c, q) for q in rights if (message, q) in self.posts}
+                     | {(q, c) for q in lefts if (message, q) in self.posts})
+            for a, b in sorted(pairs):
+                t = self.delivery(nbytes, a, b)
+                self._delivered((message, a), t, ("out", b))
+                self._delivered((message, b), t, ("in", a))
+            return
+        self.posts[(message, c)] = [k, len(partners), {}]
         for q in partners:
             if (message, q) in self.posts:
                 t = self.delivery(nbytes, c, q)
                 self._delivered((message, c), t)
                 self._delivered((message, q), t)
 
-    def _delivered(self, key, t: float) -> None:
+    def _delivered(self, key, t: float, side=None) -> None:
+        """One of a post's pairs delivered at ``t``: every pair of a post at one instant, for
+        the class's ranks to act together; a ring's (``side``: out to, or in from, a class)
+        at one instant for each of its ranks' (right, left) classes."""
         post = self.posts[key]
-        if post[2] is not None and abs(t - post[2]) > 1e-12 * max(1.0, abs(t)):
+        seen = post[2].get(side)
+        if seen is not None and abs(t - seen) > 1e-12 * max(1.0, abs(t)):
             raise NotExact("the ranks of a class receive at different instants")
         post[1] -= 1
-        post[2] = t
+        post[2][side] = t
         if post[1] == 0:
-            heapq.heappush(self.timers, (t, self.order, post[0]))
+            end = t
+            if len(post) == 4:
+                ends = [max(post[2][("out", r)], post[2][("in", q)]) for r, q in post[3]]
+                end = max(ends)
+                if end - min(ends) > 1e-12 * max(1.0, abs(end)):
+                    raise NotExact("the ranks of a class receive at different instants")
+            heapq.heappush(self.timers, (end, self.order, post[0]))
             self.order += 1
 
     # -- processes ---------------------------------------------------------------------------
@@ -558,7 +610,7 @@ class _Lockstep:
                 heapq.heappush(self.timers, (action[1], self.order, k))
                 self.order += 1
                 return
-            if kind in ("send", "recv", "both"):
+            if kind in ("send", "recv", "both", "ring"):
                 self._post(k, action[1], action[2], action[3], kind)
                 return
             key = action[1]                       # "for": a signal or a process's end
@@ -614,8 +666,10 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     p = spec.world_size
     g = spec.group_size or p
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
+    if algorithm == "hierarchical" and c.ranks_per_host == 1:
+        algorithm = "ring"
     uneven = bool(spec.stragglers or c.slow_links_Bps)
-    classes = by_class(algorithm, g, uneven)
+    classes = by_class(algorithm, g, p, uneven)
     ranks_class = [0] * p
     weights = None
     factor = [1.0]                                # per class: its ranks' compute speed
