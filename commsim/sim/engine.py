@@ -19,10 +19,10 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from commsim.costs import cpu_load, job_rate
+
 if TYPE_CHECKING:       # imported where a DES starts: the fast engine's start-up skips it
     import simpy
-
-from commsim.costs import cpu_load, job_rate
 
 # Work below this (seconds) is finished: guards float residue in processor sharing.
 _EPS = 1e-15

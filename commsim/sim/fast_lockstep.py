@@ -268,7 +268,7 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
             done = np.maximum(t[at], t[partner[at]]) + (
                 latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
                 * np.maximum(wire[at], wire[partner[at]]))
-            if code[at[0]] == RING:          # done when its send and its receive are
+            if at.size and code[at[0]] == RING:     # done when its send and its receive are
                 got = np.empty(p)
                 got[partner[at]] = done
                 done = np.maximum(done, got[at])
@@ -284,7 +284,7 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
     for key, code, partner, share, reduce in rounds:
         at = np.flatnonzero(code)
-        if code[at[0]] == RING:
+        if at.size and code[at[0]] == RING:
             sides = {}
             left_of = np.empty(p, dtype=np.int64)
             left_of[partner[at]] = at
