@@ -75,16 +75,13 @@ def test_odd_worlds_and_more_ranks():
 
 def test_what_lockstep_does_not_cover():
     """Three ranks per host of several hosts (the middle one gets both its messages inside
-    the host), doubling with two (both ranks of a host send to another at once), a straggler
-    or a slow link, a tree or a fold with two ranks per host (a host's CPU would carry two
-    classes), the parameter server."""
+    the host), doubling with two (both ranks of a host send to another at once), a world ring
+    with a straggler or a slow link, a fold with two ranks per host, a tree with two on each
+    host's cores (a host's CPU would carry two classes), the parameter server."""
     cases = [dict(strategy="ddp", ranks_per_host=3),
              dict(strategy="ddp", ranks_per_host=2, algorithm="recursive_doubling"),
              dict(strategy="ddp", stragglers={1: 1.5}),
-             dict(strategy="ring", stragglers={1: 1.5}, algorithm="tree", ranks_per_host=2),
              dict(strategy="ddp", slow_links_Bps={1: 1e6}),
-             dict(strategy="ddp", slow_links_Bps={1: 1e6}, algorithm="tree", ranks_per_host=2),
-             dict(strategy="ddp", algorithm="tree", ranks_per_host=2),
              dict(strategy="ring", algorithm="recursive_doubling", nodes=3, ranks_per_host=2),
              dict(strategy="ps")]
     for case in cases:
@@ -92,6 +89,9 @@ def test_what_lockstep_does_not_cover():
         strategy, nodes = case.pop("strategy"), case.pop("nodes", 4)
         assert not fast_lockstep.covers(run_spec(PROFILE, strategy, nodes,
                                                  Scenario(shared_cpu_cores=2, **case)))
+    for case in (dict(), dict(stragglers={1: 1.5}), dict(slow_links_Bps={1: 1e6})):
+        assert not fast_lockstep.covers(run_spec(PROFILE, "ddp", 4, Scenario(
+            algorithm="tree", ranks_per_host=2, cores_per_host=2, **case)))
 
 
 @pytest.mark.parametrize("profile", ["distinct", "bundled"])
@@ -158,6 +158,22 @@ def test_rings_of_groups_on_uneven_hosts_by_class(profile, cpu, hosts, local, mo
             check(PROFILES[profile], strategy, hosts, local, cpu, group_size=group, **kw)
 
 
+@pytest.mark.parametrize("profile", ["distinct", "bundled"])
+@pytest.mark.parametrize("cpu", ["pool", "pool+efficiency", "pool, 1.5 cores"])
+@pytest.mark.parametrize("hosts", [2, 3, 4, 5])
+def test_trees_over_pairs_of_ranks_a_host_on_a_pool(profile, cpu, hosts, monkeypatch):
+    """A tree with two ranks a host on one pool, by class: the pair meet inside the host at
+    mask 1 (no NIC), beyond only the first of a host sends or receives; with a straggler or
+    a slow link too, in groups too; no replay to fall back on."""
+    from commsim.sim import fast
+    monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
+    for strategy, kw in (("ddp", {}), ("ring", {}), ("ddp", dict(stragglers={1: 1.5})),
+                         ("ring", dict(slow_links_Bps={hosts - 1: 3e6})),
+                         ("ddp", dict(group_size=4, stragglers={2: 2.0}))):
+        if 2 * hosts % kw.get("group_size", 2) == 0:
+            check(PROFILES[profile], strategy, hosts, 2, cpu, algorithm="tree", **kw)
+
+
 def test_steps_of_each_algorithm():
     """Bytes and reduction work per step, checkable by hand: 8 bytes over 4 ranks, γ = 1."""
     assert fast_lockstep.steps_of("ring", 8.0, 4, 1.0) == [(3, 2.0, 2.0), (3, 2.0, 0.0)]
@@ -182,7 +198,7 @@ def test_one_rank_on_one_core_by_hand():
                        threads_per_rank=1, param_bytes=(2_000_000,), grad_ready_fraction=(0.5,),
                        buckets=(Bucket(index=0, param_indices=(0,), bytes=2_000_000,
                                        ready_fraction=0.5),))
-    classes, finish, compute, comm, sent, received = fast_lockstep.iteration(
+    classes, finish, compute, comm, sent, received, *_ = fast_lockstep.iteration(
         spec, costs, buckets=True, broadcast_end=lambda begin: None)
     assert classes == [0, 0]
     assert finish == pytest.approx([5.4])
@@ -283,7 +299,7 @@ def test_a_tree_on_a_pool_by_hand():
                        overhead_s={}, forward_s=1.0, backward_s=3.0, optimizer_s=0.5,
                        threads_per_rank=1, param_bytes=(2_000_000,), grad_ready_fraction=(0.5,),
                        buckets=())
-    classes, finish, compute, comm, sent, received = fast_lockstep.iteration(
+    classes, finish, compute, comm, sent, received, *_ = fast_lockstep.iteration(
         spec, costs, buckets=False, broadcast_end=lambda begin: None)
     assert classes == [0, 1, 2, 1]
     assert finish == pytest.approx([17.8] * 3)

@@ -44,7 +44,8 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    fold) or with stragglers or slow links, and rings of groups with stragglers or slow
    links, act by class (``fast_lockstep.place_classes``: for a tree over a power of two, the
    place's trailing zero bits; a straggler or a slow link and the ranks its delay reaches
-   part), one rank of each class simulated, on one rank per host or one host.
+   part), one rank of each class simulated, on one rank per host or one host (a tree also on
+   two ranks a host sharing one pool).
 5. Root-centred sync (ps linear, dp).  The root's receive direction serves the messages sent
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
@@ -512,16 +513,17 @@ def _lockstep(spec: RunSpec, costs: CostInputs, buckets: bool) -> Timing:
     (``fast_lockstep``): one rank's events stand for its class."""
     p = spec.world_size
     broadcast = _BroadcastOnce(spec, costs)
-    ranks_class, finish, compute, comm, sent, received = fast_lockstep.iteration(
-        spec, costs, buckets=buckets, broadcast_end=lambda begin: broadcast(np.full(p, begin)))
+    ranks_class, finish, compute, comm, sent, received, nic_sent, nic_received = \
+        fast_lockstep.iteration(spec, costs, buckets=buckets,
+                                broadcast_end=lambda begin: broadcast(np.full(p, begin)))
     of = np.asarray(ranks_class)
-    finish, compute, comm, sent, received = (np.asarray(x, dtype=float)[of] for x in
-                                             (finish, compute, comm, sent, received))
+    finish, compute, comm, sent, received, nic_sent, nic_received = (
+        np.asarray(x, dtype=float)[of]
+        for x in (finish, compute, comm, sent, received, nic_sent, nic_received))
     c = spec.cluster
     if of.max() > 0:
-        # By class, every message crosses hosts (one rank each), or none (one host).
-        crossing_tx = sent if c.hosts > 1 else np.zeros(p)
-        crossing_rx = received if c.hosts > 1 else np.zeros(p)
+        # By class: each class counts the bytes of its messages that leave its host.
+        crossing_tx, crossing_rx = nic_sent, nic_received
     else:
         # Each host's last rank sends over its NIC (and its first receives over it), unless
         # the rings stay inside hosts.

@@ -23,15 +23,16 @@ So do recursive doubling and Rabenseifner over a number that is not a power of t
 MPICH's fold sets aside, those that take their buffers, the survivors whose partners start
 late: 3 or 4 classes at 1,000 ranks), and both algorithms on an uneven cluster: a straggler or
 a slow link, and the ranks its delay reaches along the schedule, are classes of their own.
-Rings of groups on an uneven cluster too: the other groups are alike.
-On one rank per host, or one host, the ranks of a class act at the same instants: one rank
-of each class is simulated, the CPU of all (one pool, one host) carrying each class's jobs as
-many times as it has ranks, or each class's rank on a CPU of its own.  A message joins a rank
-of one class with ranks of several (a sender's parent may be of any higher class, as a
-receiver's in the broadcast): each pair is delivered when both have posted, and where the
-pairs of one class's rank would arrive apart, its ranks would part, and the engine raises
-``NotExact`` (every rank is then replayed).  log2(g)+1 classes for a tree over a power of two
-(a few dozen otherwise) and O(classes x log g) events a collective.
+Rings of groups on an uneven cluster too: the other groups are alike.  On one rank per host, or
+one host (or a tree over two ranks a host on one pool: the pair meet inside the host at mask 1,
+and beyond only a host's first rank uses its NIC), the ranks of a class act at the same
+instants: one rank of each class is simulated, the CPU of all (one pool, one host) carrying
+each class's jobs as many times as it has ranks, or each class's rank on a CPU of its own.  A
+message joins a rank of one class with ranks of several (a sender's parent may be of any higher
+class, as a receiver's in the broadcast): each pair is delivered when both have posted, and
+where the pairs of one class's rank would arrive apart, its ranks would part, and the engine
+raises ``NotExact`` (every rank is then replayed).  log2(g)+1 classes for a tree over a power
+of two (a few dozen otherwise) and O(classes x log g) events a collective.
 
 Steps (one rank's processes, as ``strategies.ddp`` runs them; ``strategies.ring`` runs the
 first alone, all-reducing every tensor after backward):
@@ -89,8 +90,11 @@ def covers(spec: RunSpec) -> bool:
     if by_class(algorithm, g, p, uneven):
         # Classes of ranks by their place in the schedule, their speed and their link
         # (``place_classes``); one rank per host, or one host, so that no CPU or NIC mixes
-        # classes.
-        return c.ranks_per_host == 1 or c.hosts == 1
+        # classes; or a tree over pairs of ranks a host on one pool (the pair meet at mask 1
+        # inside the host; beyond, only the first of a host sends or receives).
+        return (c.ranks_per_host == 1 or c.hosts == 1
+                or (algorithm == "tree" and c.ranks_per_host == 2 and g % 2 == 0
+                    and c.shared_cpu_cores is not None))
     if uneven:
         return False
     if c.hosts > 1 and c.ranks_per_host == 2:
@@ -325,11 +329,13 @@ class _Lockstep:
     CPU for all, with the other classes' ranks), and their messages."""
 
     def __init__(self, spec: RunSpec, costs: CostInputs, weights=None, own_cpus=False,
-                 bandwidth=None):
+                 bandwidth=None, inside=()):
         c = spec.cluster
         self.costs = costs
         # Class -> its ranks' link (a message between classes takes the slower's).
         self.bandwidth = bandwidth
+        # Steps of a schedule whose messages stay inside hosts (by their key).
+        self.inside = frozenset(inside)
         self.cores, m = cpu_of(spec)
         # Class -> ranks of it on one CPU; class -> which CPU (one for all, or one per class
         # where each rank has a host of its own).
@@ -368,6 +374,8 @@ class _Lockstep:
         self.comm_s = [0.0] * n
         self.sent = [0.0] * n
         self.received = [0.0] * n
+        self.nic_sent = [0.0] * n                 # of those, over the NIC (by class)
+        self.nic_received = [0.0] * n
         self.finish = [0.0] * n
         self._since = [0.0] * n
 
@@ -450,12 +458,12 @@ class _Lockstep:
             seconds = max(seconds, self.intra_latency_s + nbytes * self.intra_per_byte)
         return seconds
 
-    def delivery(self, nbytes: float, a: int, b: int) -> float:
+    def delivery(self, nbytes: float, a: int, b: int, inside: bool = False) -> float:
         """When a message between ranks of classes ``a`` and ``b`` posted by both now arrives
         (``engine.Network._transfer``): between hosts the wire at the slower of the link and
         the contended bandwidth at the busier end's load, then one latency; inside the host its
         latency and bandwidth."""
-        if not self.inter:
+        if inside or not self.inter:
             return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
         per_byte = self.per_byte
         if self.bandwidth is not None:
@@ -522,10 +530,14 @@ class _Lockstep:
         where it has several).  Each pair is delivered once both have posted; a class goes on
         when all its pairs are, which must be at one instant, else its ranks would part."""
         c = self.cls[k]
+        inside = message[1:] in self.inside
+        nic = self.inter and not inside
         if kind != "recv":
             self.sent[c] += nbytes
+            self.nic_sent[c] += nbytes if nic else 0.0
         if kind != "send":
             self.received[c] += nbytes
+            self.nic_received[c] += nbytes if nic else 0.0
         if kind == "ring":
             # A chunk to the right and one from the left (``partners``: the classes of a
             # rank's right and left, as its ranks have them): each pair delivered once both
@@ -537,14 +549,14 @@ class _Lockstep:
             pairs = ({(c, q) for q in rights if (message, q) in self.posts}
                      | {(q, c) for q in lefts if (message, q) in self.posts})
             for a, b in sorted(pairs):
-                t = self.delivery(nbytes, a, b)
+                t = self.delivery(nbytes, a, b, inside)
                 self._delivered((message, a), t, ("out", b))
                 self._delivered((message, b), t, ("in", a))
             return
         self.posts[(message, c)] = [k, len(partners), {}]
         for q in partners:
             if (message, q) in self.posts:
-                t = self.delivery(nbytes, c, q)
+                t = self.delivery(nbytes, c, q, inside)
                 self._delivered((message, c), t)
                 self._delivered((message, q), t)
 
@@ -686,10 +698,20 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
         shared = c.shared_cpu_cores is not None or c.hosts == 1
         # Per rank, its host's link (the slower end of a message sets its bandwidth).
         link = np.array([c.bandwidth_of(c.host_of(r)) for r in range(p)])
+        rounds = tile_rounds(schedule_rounds(algorithm, g), g, p)
         ranks_class, schedule = place_classes(
-            p, tile_rounds(schedule_rounds(algorithm, g), g, p), ready,
-            speed if spec.stragglers else None, own_cpus=not shared,
+            p, rounds, ready, speed if spec.stragglers else None, own_cpus=not shared,
             link=c.nic_bandwidth_Bps / link if c.slow_links_Bps else None)
+        # The rounds whose every message stays inside a host (two ranks a host: a tree's
+        # mask 1); a round that mixes both would part a class's messages.
+        inside = set()
+        for key, code, partner, _, _ in rounds:
+            at = np.flatnonzero(code)
+            same = at // c.ranks_per_host == partner[at] // c.ranks_per_host
+            if c.hosts > 1 and same.all():
+                inside.add(key)
+            elif c.hosts > 1 and same.any():
+                raise NotExact("a round's messages both stay inside hosts and leave them")
         if len(schedule) > _MOST_CLASSES + 8 * p.bit_length():
             raise NotExact(f"the ranks part into {len(schedule)} classes")
         factor = [0.0] * len(schedule)
@@ -699,7 +721,8 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
             bandwidth[k] = float(link[r])
         size = Counter(ranks_class)
         weights = [size[k] if shared else 1 for k in range(len(schedule))]
-        sim = _Lockstep(spec, costs, weights, own_cpus=not shared, bandwidth=bandwidth)
+        sim = _Lockstep(spec, costs, weights, own_cpus=not shared, bandwidth=bandwidth,
+                        inside=inside)
     else:
         sim = _Lockstep(spec, costs)
     fp16 = spec.compression == "fp16"
@@ -791,4 +814,5 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast_end)
     for k in range(len(sim.weights)):
         sim.start(compute(k), k)
     sim.run()
-    return ranks_class, sim.finish, sim.compute_s, sim.comm_s, sim.sent, sim.received
+    return (ranks_class, sim.finish, sim.compute_s, sim.comm_s, sim.sent, sim.received,
+            sim.nic_sent, sim.nic_received)
