@@ -241,12 +241,12 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     class per count of trailing zero bits (log2 g + 1), and doubling one class; over other
     sizes the places beside a missing child or a fold, and those they reach, part (a tree:
     15 classes at 1,000 places, 40 at 50,000), and a straggler or a slow link parts the
-    places its delay reaches.  Classes are numbered
-    by their first place; a step is (``"recv" | "send" | "both" | "ring"``, key, share of the
-    bytes, reduction after, partners), its partners the classes of its places' partners (a
-    ring's: the (right, left) pairs of classes its places have).
-    ``_Lockstep`` checks at every message that a class's places still act together (on a
-    real CPU their times may part where the generic ones did not)."""
+    places its delay reaches.  Classes are numbered by their first place; a step is
+    (``"recv" | "send" | "both" | "ring"``, key, share of the bytes, reduction after,
+    partners), its partners the classes of its places' partners (a ring's: the (right, left)
+    pairs of classes its places have).  ``_Lockstep`` checks at every message that a class's
+    places still act together (on a real CPU their times may part where the generic ones did
+    not)."""
     latency, per_share, reduction = 0.6180, 1.0, 0.3713        # generic: no chance ties
     label = np.zeros(p)
     for alike in (speed, link):
@@ -262,28 +262,29 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     # fold's message, or not): the classes of every scale together.
     ready = [np.zeros(p)] if ready is None else ready
     scales = (0.01, 1.0, 100.0) if speed is not None or link is not None else (1.0,)
-    for scale, begin in ((scale, begin) for scale in scales for begin in ready):
-        if begin is ready[0]:
-            end = np.zeros(p)
-        t = np.maximum(end, begin * scale)
-        columns = [label]
-        for _, code, partner, share, reduce in rounds:
-            at = np.flatnonzero(code)
-            done = np.maximum(t[at], t[partner[at]]) + (
-                latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
-                * np.maximum(wire[at], wire[partner[at]]))
-            if at.size and code[at[0]] == RING:     # done when its send and its receive are
-                got = np.empty(p)
-                got[partner[at]] = done
-                done = np.maximum(done, got[at])
-            if reduce:
-                done = np.where(code[at] != SEND, done + share * reduction * slow[at], done)
-            t[at] = done
-            stamp = np.zeros(p)
-            stamp[at] = done
-            columns += [code, stamp]
-        end = t
-        label = _grouped(np.vstack(columns).T) * 1.0
+    for scale in scales:
+        end = np.zeros(p)
+        for begin in ready:
+            t = np.maximum(end, begin * scale)
+            columns = [label]
+            for _, code, partner, share, reduce in rounds:
+                at = np.flatnonzero(code)
+                done = np.maximum(t[at], t[partner[at]]) + (
+                    latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
+                    * np.maximum(wire[at], wire[partner[at]]))
+                if at.size and code[at[0]] == RING:   # done when its send and receive are
+                    got = np.empty(p)
+                    got[partner[at]] = done
+                    done = np.maximum(done, got[at])
+                if reduce:
+                    done = np.where(code[at] != SEND, done + share * reduction * slow[at],
+                                    done)
+                t[at] = done
+                stamp = np.zeros(p)
+                stamp[at] = done
+                columns += [code, stamp]
+            end = t
+            label = _grouped(np.vstack(columns).T) * 1.0
     cls = label.astype(np.int64)
     steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
     for key, code, partner, share, reduce in rounds:
