@@ -45,14 +45,27 @@ class CostInputs:
     def contended_Bps(self, load: float) -> float:
         """The most bytes per second a rank's transfers reach while its CPU runs ``load``
         compute threads per core (inf when nothing limits them beyond the link)."""
-        return contended_bandwidth_Bps(self._contention_bandwidth, load)
+        memo = self._memo[0]
+        bandwidth = memo.get(load)
+        if bandwidth is None:
+            bandwidth = memo[load] = contended_bandwidth_Bps(self._contention_bandwidth, load)
+        return bandwidth
 
     def compute_speed(self, load: float) -> float:
         """The fraction of its speed compute keeps while a collective runs on the same cores at
         ``load`` (1 without contention data)."""
-        return clamped_piecewise(self._contention_speed, load)
+        memo = self._memo[1]
+        speed = memo.get(load)
+        if speed is None:
+            speed = memo[load] = clamped_piecewise(self._contention_speed, load)
+        return speed
 
-    # Split once: the simulator asks for these on every message and every CPU rate change.
+    # Split once, and each load's answer kept: the simulators ask for these on every message
+    # and every CPU rate change, at the few loads a run has.
+    @functools.cached_property
+    def _memo(self) -> tuple:
+        return {}, {}
+
     @functools.cached_property
     def _contention_bandwidth(self) -> tuple:
         return tuple((x, bw) for x, bw, _ in self.contention)

@@ -8,11 +8,19 @@ from hypothesis import strategies as st
 from commsim.api import Scenario, predict, run_spec
 from commsim.costs import cost_inputs
 from commsim.profile import load_default
-from commsim.sim import fast_runs
+from commsim.sim import fast, fast_runs
 from commsim.sim.fast_collectives import NotExact
 from test_fast_engine import PROFILE, assert_same
 from test_fast_sharing import EFFICIENCY, contended
 from test_fast_whatifs import DISTINCT
+
+@pytest.fixture(autouse=True)
+def runs_alone(monkeypatch):
+    """The runs, never the replay of every rank that follows their ``NotExact``: a run that
+    went wrong (a rank left waiting, a budget spent) fails here rather than being replayed
+    right."""
+    monkeypatch.setattr(fast, "_replays_cpu", lambda *args: False)
+
 
 PROFILES = {"plain": PROFILE, "distinct": DISTINCT, "contended": contended(PROFILE),
             "bundled": load_default()}

@@ -404,14 +404,19 @@ class _Ring:
             return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
         return self.now + nbytes * self._per_byte() + self.latency_s
 
-    def _arrivals(self, nbytes: float) -> dict:
-        """Message kind (leaves the host or not) -> when one posted now arrives."""
-        return {kind: self._delivered(nbytes, kind) for kind in self.kinds}
+    def _arrivals(self, nbytes: float) -> list:
+        """When a message posted now arrives, indexed by its kind (leaves the host or not;
+        None for a kind the ring has not)."""
+        arrive = [None, None]
+        for kind in self.kinds:
+            arrive[kind] = self._delivered(nbytes, kind)
+        return arrive
 
-    def _inner(self, nbytes: float) -> float:
+    def _inner(self, nbytes: float, arrive: list | None = None) -> float:
         """When a rank whose both messages of a step are posted now goes on: the later of
         them (one of each kind where hosts hold two ranks of the ring)."""
-        return max(self._arrivals(nbytes).values())
+        arrive = self._arrivals(nbytes) if arrive is None else arrive
+        return max(arrive[kind] for kind in self.kinds)
 
     def _post(self, run: _Run, k: int, step, nbytes: float) -> None:
         """``run``'s ranks post a ring step (a send right, a receive left).  Its messages
@@ -433,9 +438,8 @@ class _Ring:
         waits_right = not self._posted(right, k, step, 3)
         p, hop = self.p, self.crosses
         arrive = self._arrivals(nbytes)           # kind -> when this post's messages arrive
-        inner = max(arrive.values())
+        inner = self._inner(nbytes, arrive)
         if waits_left or waits_right:
-            self._drop(run)
             lo, n = run.lo, run.n
             if waits_left:
                 first = run.copy(lo, 1)
@@ -448,17 +452,21 @@ class _Ring:
                                     None]
                 self._adopt(last, k)
                 n -= 1
-            run = run.copy(lo, n) if n else None
-            if run is not None:
-                run.procs[k][2] = None
-                self._adopt(run, k)
+            if n:
+                # The rest shrinks in place: its jobs, timers and ready processes stay its own.
+                self._unplace(run)
+                run.lo, run.n = lo, n
+                self._place(run)
+            else:
+                self._drop(run)
+                run = None
         # Pair with the neighbours that have posted: both ends deliver now.  A neighbour that
         # thereby goes on with the run, in the run's state, joins it now.
-        edges = {4: hop[(left.lo + left.n - 1) % p], 3: hop[(right.lo - 1) % p]}
-        for other, side in ((left, 4), (right, 3)):
-            if not (waits_left if side == 4 else waits_right) and other.alive:
+        for other, side, waits, edge in ((left, 4, waits_left, (left.lo + left.n - 1) % p),
+                                         (right, 3, waits_right, (right.lo - 1) % p)):
+            if not waits and other.alive:
                 theirs = other.procs[k][2]
-                theirs[side] = arrive[edges[side]]
+                theirs[side] = arrive[hop[edge]]
                 if theirs[3] is not None and theirs[4] is not None:
                     done = max(theirs[3], theirs[4])
                     if run is not None and other is not run and done == inner \
@@ -673,7 +681,9 @@ class _Ring:
                 self._join()
                 batch, self.ready = self.ready, []
                 self._jump(batch)
-                for run, k in sorted(batch, key=lambda item: (item[0].lo, item[1])):
+                if len(batch) > 1:
+                    batch.sort(key=lambda item: (item[0].lo, item[1]))
+                for run, k in batch:
                     if run.alive and run.procs[k][2] is None:
                         self.events += 1
                         if self.events > self.budget:
