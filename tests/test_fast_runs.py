@@ -161,6 +161,50 @@ def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, option
                 predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
 
 
+def glided(strategy, hosts, sc, profile=None):
+    """(fast, steps the runs glided) for one prediction."""
+    count = [0]
+    original = fast_runs._Ring._glide
+
+    def glide(self):
+        before = self.events
+        original(self)
+        count[0] += self.events - before
+
+    fast_runs._Ring._glide = glide
+    try:
+        result = predict(profile or load_default(), strategy, hosts, sc, engine="fast")
+    finally:
+        fast_runs._Ring._glide = original
+    return result, count[0]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+@pytest.mark.parametrize("case", [
+    dict(stragglers={1: 1.5}),
+    dict(stragglers={1: 1.5, 40: 1.2}, sync_every=2),
+    dict(stragglers={5: 3.0}, shared_cpu_cores=1.5, cpu_efficiency=EFFICIENCY),
+    dict(stragglers={0: 1.3}, compression="fp16", overlap=False),
+    dict(stragglers={9: 1.5}, ranks_per_host=2),
+])
+def test_staircases_glide_as_the_des_steps(strategy, case):
+    """A straggler's staircase (runs parting from their end ranks, or taking them in, a step
+    at a time) stepped outside the event loop (``_Ring._glide``): the DES's times, and most
+    of the events glided."""
+    case = dict(case)
+    if case.get("ranks_per_host") or strategy == "ring":
+        if case.get("ranks_per_host"):
+            strategy = "ring"
+        case = {k: v for k, v in case.items() if k not in RING_ONLY}
+    case.setdefault("shared_cpu_cores", 2)
+    hosts = 48 // case.get("ranks_per_host", 1)
+    sc = Scenario(global_batch=32 * 48, bucket_bytes=2_000_000, **case)
+    fast, steps = glided(strategy, hosts, sc)
+    assert_same(predict(load_default(), strategy, hosts, sc, engine="des"), fast)
+    if case.get("ranks_per_host", 1) == 1:
+        assert steps > 24, steps               # (two ranks a host: two kinds of message)
+
+
 def test_runs_meet_the_lockstep_without_a_straggler_factor():
     """A 'straggler' of factor 1 is no straggler: the runs give the lockstep's answer."""
     sc = Scenario(global_batch=64 * 8, shared_cpu_cores=2, stragglers={3: 1.0})

@@ -675,6 +675,186 @@ class _Ring:
             run.sent += jump * nbytes
             run.received += jump * nbytes
 
+    def _glide(self) -> None:
+        """Runs that only take ring steps, stepped in a loop of their own.
+
+        Where a straggler's delay travels round the ring, a run parts from its end ranks a
+        step at a time while the ranks beside it wait on earlier steps (it builds a
+        staircase), or takes in the ranks beside it, which posted this step and wait on it
+        (the staircase unwinds): O(p) events an all-reduce, the most of an iteration's.
+        Here such runs' steps (the messages arriving and the reduction starting, the
+        reduction ending and the next step posted) are taken as ``_resume``, ``_job``,
+        ``_end_jobs`` and ``_post`` take them, the same arithmetic in the same order, without
+        the event loop's batches, while the next event is one of theirs and nothing else
+        happens at its instant.  Anything else (another job ending, a tie, a step of another
+        shape, the end of the steps) ends the glide with every run where the loop would have
+        it, the runs on the wire back on the timer heap."""
+        k, p = self.talker, self.p
+        if self.ready or len(self.first) < 3 or len(self.kinds) != 1 or len(self.timers) > 64:
+            return
+        program = self.programs[k]
+        wire = []                              # [arrival, run, on the heap already]
+        for t, _, run, j in self.timers:
+            if run.alive and run.procs[j][2] == ("timer", t):
+                pc, rep, _ = run.procs[j]
+                if j != k or pc == len(program) or program[pc][0] != STEPS or not rep % 2:
+                    return                     # another kind of timer: the loop's
+                wire.append([t, run, True])
+        if not wire:
+            return
+        groups = self.groups
+        mine = set()                           # ids of the gliding runs' reductions
+        for group in groups.values():
+            if not group.compute and len(group.members) <= 4 and all(
+                    j == k and run.alive and run.procs[k][2] is not None
+                    and run.procs[k][2][1] is group and run.procs[k][0] < len(program)
+                    and program[run.procs[k][0]][0] == STEPS for run, j in group.members):
+                mine.add(id(group))             # (reductions of ring steps, none other)
+        kind = self.kinds[0]
+        per_byte, latency = self._per_byte(), self.latency_s   # (no job starts or ends
+        # compute, and no rank enters or leaves a collective, while runs glide)
+
+        def post(run) -> bool:
+            """``_resume`` then ``_post`` of a run's next step, for the two shapes."""
+            proc = run.procs[k]
+            pc, rep = proc[0], proc[1]
+            _, collective, first, chunk, _, count = program[pc]
+            n, lo = run.n, run.lo
+            if rep == 2 * count or not 4 <= n <= p - 4:
+                return False
+            step = (collective, first + rep // 2)
+            left, right = self.last[(lo - 1) % p], self.first[(lo + n) % p]
+            posted = self._posted(left, k, step, 4), self._posted(right, k, step, 3)
+            arrive = self.now + chunk * per_byte + latency
+            if posted == (True, True):
+                if left.n + right.n != 2 or left.procs[k][2][3] is None or left.procs[k][2][3] > arrive or \
+                        right.procs[k][2][4] is None or right.procs[k][2][4] > arrive:
+                    return False               # they would not go on with the run now
+            elif posted != (False, False):
+                return False
+            saved = run.sent, run.received
+            proc[1] = rep + 1
+            run.sent += chunk
+            run.received += chunk
+            if posted[0]:
+                # It unwinds: the neighbours, done with the step, join it in place.
+                if not (self._twins(run, left, k) and self._twins(run, right, k)):
+                    proc[1] = rep
+                    run.sent, run.received = saved
+                    return False
+                self._unplace(run)
+                self._drop(left)
+                self._drop(right)
+                run.lo, run.n = left.lo, n + 2
+                self._place(run)
+            else:
+                # It builds: its end ranks wait for their outer neighbours.
+                self._unplace(run)
+                run.lo, run.n = (lo + 1) % p, n - 2
+                self._place(run)
+                for at, pending in ((lo, [None, arrive]), ((lo + n - 1) % p, [arrive, None])):
+                    piece = run.copy(at, 1)
+                    piece.procs[k][2] = ["step", step, chunk, *pending]
+                    self._adopt(piece, k)
+            proc[2] = ("timer", arrive)
+            wire.append([arrive, run, False])
+            return True
+
+        def joinable(runs) -> bool:
+            """Whether two of the runs ready at one instant are neighbours (``_join`` would
+            see whether they go on as one)."""
+            return len(runs) > 1 and any((run.lo + run.n) % p == other.lo
+                                         for run in runs for other in runs)
+
+        while self.events < self.budget:
+            due = self.cpu_due
+            t = min(entry[0] for entry in wire) if wire else None
+            if t is not None and (due is None or t <= due):
+                # Messages arrive (runs at one instant in rank order, as the loop's batch):
+                # each run's reduction starts (``_resume``), or without one it posts again.
+                if t < self.now:
+                    break
+                runs = sorted((entry[1] for entry in wire if entry[0] == t),
+                              key=lambda run: run.lo)
+                for entry in wire:
+                    if entry[0] == t and entry[2]:
+                        self.live_timers -= 1
+                wire = [entry for entry in wire if entry[0] != t]
+                self.now = t
+                for run in runs:
+                    run.procs[k][2] = None
+                if joinable(runs):
+                    self.ready += [(run, k) for run in runs]
+                    break
+                started = False
+                for at, run in enumerate(runs):
+                    proc = run.procs[k]
+                    self.events += 1
+                    proc[1] += 1
+                    work = program[proc[0]][4]
+                    if work > 0:
+                        # ``_job``: the pool's jobs advanced to now, the reduction joins
+                        # those started now alike (the pool's timer set after the batch).
+                        if groups and t > self.cpu_last:
+                            progress = (t - self.cpu_last) * self._rate()
+                            for group in groups.values():
+                                group.left -= progress
+                        self.cpu_last = t
+                        key = (work, 1.0, False, t)
+                        group = groups.get(key)
+                        if group is None:
+                            group = groups[key] = _Group(work, False, t)
+                            mine.add(id(group))
+                        group.weight += run.n * 1.0
+                        group.members.append((run, k))
+                        self.busy += run.n * 1.0
+                        proc[2] = ("job", group)
+                        started = True
+                    elif not post(run):
+                        proc[1] -= 1
+                        self.events -= 1
+                        self.ready += [(other, k) for other in runs[at:]]
+                        break
+                if started:
+                    self._reschedule()
+                if self.ready:
+                    break
+                continue
+            if due is None or due < self.now:
+                break
+            # Jobs end: go on only if they are all gliding runs' reductions.
+            self.now = due
+            self._cpu_event()
+            ended = finished({key: [group.left] for key, group in groups.items()})
+            if any(id(groups[key]) not in mine for key in ended):
+                break                          # ``_end_jobs`` at this instant: the loop's
+            runs = []
+            for key in ended:                  # (``_end_jobs``)
+                group = groups.pop(key)
+                mine.discard(id(group))
+                self.busy -= group.weight
+                for run, _ in group.members:
+                    run.procs[k][2] = None
+                    runs.append(run)
+            self._reschedule()
+            runs.sort(key=lambda run: run.lo)
+            if joinable(runs):
+                self.ready += [(run, k) for run in runs]
+                break
+            for at, run in enumerate(runs):
+                self.events += 1
+                if not post(run):
+                    self.events -= 1
+                    self.ready += [(other, k) for other in runs[at:]]
+                    break
+            if self.ready:
+                break
+        for entry in wire:
+            if not entry[2]:
+                heapq.heappush(self.timers, (entry[0], self.order, entry[1], k))
+                self.order += 1
+                self.live_timers += 1
+
     def run(self):
         while True:
             while self.ready:
@@ -691,6 +871,9 @@ class _Ring:
                                 f"the ranks keep parting into runs of their own (more than "
                                 f"{self.budget} events for {self.p} ranks)")
                         self._resume(run, k)
+            self._glide()
+            if self.ready:
+                continue
             while self.timers and not self.timers[0][2].alive:
                 heapq.heappop(self.timers)
             due_timer = self.timers[0][0] if self.timers else None
