@@ -320,8 +320,11 @@ class _Ring:
     def _compute(self, run: _Run, k: int, work: float, threads: float) -> None:
         """Process ``k`` of ``run`` starts a compute job of ``work`` times each rank's speed:
         ranks of different speeds part here, into arcs of one speed each."""
-        factor = np.concatenate([self.factor[span] for span in self._spans(run)])
-        cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
+        if run.n == 1:                         # (the commonest where runs part: no arrays)
+            factor, cuts = (self.factor[run.lo],), [0, 1]
+        else:
+            factor = np.concatenate([self.factor[span] for span in self._spans(run)])
+            cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
         if len(cuts) > 2:
             self._drop(run)
             pieces = [run.copy((run.lo + a) % self.p, b - a) for a, b in zip(cuts, cuts[1:])]
@@ -690,7 +693,8 @@ class _Ring:
         shape, the end of the steps) ends the glide with every run where the loop would have
         it, the runs on the wire back on the timer heap."""
         k, p = self.talker, self.p
-        if self.ready or len(self.first) < 3 or len(self.kinds) != 1 or len(self.timers) > 64:
+        if (self.ready or not self.live_timers or len(self.first) < 3 or len(self.kinds) != 1
+                or len(self.timers) > 64):
             return
         program = self.programs[k]
         wire = []                              # [arrival, run, on the heap already]
@@ -761,10 +765,11 @@ class _Ring:
             return True
 
         def joinable(runs) -> bool:
-            """Whether two of the runs ready at one instant are neighbours (``_join`` would
-            see whether they go on as one)."""
-            return len(runs) > 1 and any((run.lo + run.n) % p == other.lo
-                                         for run in runs for other in runs)
+            """Whether two of the runs ready at one instant would be one (``_join``):
+            neighbours in one state."""
+            return len(runs) > 1 and any(
+                (run.lo + run.n) % p == other.lo and run.state() is not None
+                and run.state() == other.state() for run in runs for other in runs)
 
         while self.events < self.budget:
             due = self.cpu_due
