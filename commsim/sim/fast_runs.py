@@ -679,47 +679,43 @@ class _Ring:
             run.received += jump * nbytes
 
     def _glide(self) -> None:
-        """Runs that only take ring steps, stepped in a loop of their own.
+        """The loop's work while the runs only take ring steps, without its batches' costs.
 
         Where a straggler's delay travels round the ring, a run parts from its end ranks a
         step at a time while the ranks beside it wait on earlier steps (it builds a
         staircase), or takes in the ranks beside it, which posted this step and wait on it
         (the staircase unwinds): O(p) events an all-reduce, the most of an iteration's.
-        Here such runs' steps (the messages arriving and the reduction starting, the
-        reduction ending and the next step posted) are taken as ``_resume``, ``_job``,
-        ``_end_jobs`` and ``_post`` take them, the same arithmetic in the same order, without
-        the event loop's batches, while the next event is one of theirs and nothing else
-        happens at its instant.  Anything else (another job ending, a tie, a step of another
-        shape, the end of the steps) ends the glide with every run where the loop would have
-        it, the runs on the wire back on the timer heap."""
+        Here events are taken as ``run`` takes them (the timers due at one instant, or the
+        jobs that end, as one batch in rank order), with a ring step's reduction starting,
+        and a post in those two shapes, done in line (the arithmetic of ``_job`` and
+        ``_post``, in their order) and anything else by ``_resume``.  The glide leaves to the
+        loop what only it does: runs that ``_join`` would join, a batch of every run
+        (``_jump``), and jobs ending other than ring steps' reductions."""
         k, p = self.talker, self.p
         if (self.ready or not self.live_timers or len(self.first) < 3 or len(self.kinds) != 1
                 or len(self.timers) > 64):
             return
-        program = self.programs[k]
-        wire = []                              # [arrival, run, on the heap already]
-        for t, _, run, j in self.timers:
-            if run.alive and run.procs[j][2] == ("timer", t):
-                pc, rep, _ = run.procs[j]
-                if j != k or pc == len(program) or program[pc][0] != STEPS or not rep % 2:
-                    return                     # another kind of timer: the loop's
-                wire.append([t, run, True])
-        if not wire:
-            return
-        groups = self.groups
-        mine = set()                           # ids of the gliding runs' reductions
+        program, timers, groups = self.programs[k], self.timers, self.groups
+
+        def stepping(run, j: int, odd: int) -> bool:
+            """Whether process ``j`` of ``run`` is the collectives' at a ring step, its
+            messages on the wire (``odd``) or its reduction running."""
+            pc, rep = run.procs[j][0], run.procs[j][1]
+            return (j == k and pc < len(program) and program[pc][0] == STEPS
+                    and rep % 2 == odd)
+
+        mine = set()                           # ids of ring steps' reductions
         for group in groups.values():
             if not group.compute and len(group.members) <= 4 and all(
-                    j == k and run.alive and run.procs[k][2] is not None
-                    and run.procs[k][2][1] is group and run.procs[k][0] < len(program)
-                    and program[run.procs[k][0]][0] == STEPS for run, j in group.members):
-                mine.add(id(group))             # (reductions of ring steps, none other)
+                    run.alive and run.procs[j][2] is not None and run.procs[j][2][1] is group
+                    and stepping(run, j, 0) for run, j in group.members):
+                mine.add(id(group))
         kind = self.kinds[0]
-        per_byte, latency = self._per_byte(), self.latency_s   # (no job starts or ends
-        # compute, and no rank enters or leaves a collective, while runs glide)
+        per_byte, latency = self._per_byte(), self.latency_s   # (no compute job starts or
+        # ends, and no rank enters or leaves a collective, while runs glide)
 
         def post(run) -> bool:
-            """``_resume`` then ``_post`` of a run's next step, for the two shapes."""
+            """``_resume`` then ``_post`` of a run's next step where it builds or unwinds."""
             proc = run.procs[k]
             pc, rep = proc[0], proc[1]
             _, collective, first, chunk, _, count = program[pc]
@@ -731,8 +727,9 @@ class _Ring:
             posted = self._posted(left, k, step, 4), self._posted(right, k, step, 3)
             arrive = self.now + chunk * per_byte + latency
             if posted == (True, True):
-                if left.n + right.n != 2 or left.procs[k][2][3] is None or left.procs[k][2][3] > arrive or \
-                        right.procs[k][2][4] is None or right.procs[k][2][4] > arrive:
+                if left.n + right.n != 2 or left.procs[k][2][3] is None or \
+                        left.procs[k][2][3] > arrive or right.procs[k][2][4] is None or \
+                        right.procs[k][2][4] > arrive:
                     return False               # they would not go on with the run now
             elif posted != (False, False):
                 return False
@@ -760,105 +757,91 @@ class _Ring:
                     piece = run.copy(at, 1)
                     piece.procs[k][2] = ["step", step, chunk, *pending]
                     self._adopt(piece, k)
-            proc[2] = ("timer", arrive)
-            wire.append([arrive, run, False])
+            self._timer(arrive, run, k)
             return True
 
-        def joinable(runs) -> bool:
-            """Whether two of the runs ready at one instant would be one (``_join``):
-            neighbours in one state."""
+        def loops(batch) -> bool:
+            """Whether the loop must take this batch: ``_join`` would join two of its runs
+            (neighbours in one state), or it holds every run (``_jump``)."""
+            if len(batch) >= len(self.first):
+                return True
+            runs = [run for run, _ in batch]
             return len(runs) > 1 and any(
                 (run.lo + run.n) % p == other.lo and run.state() is not None
                 and run.state() == other.state() for run in runs for other in runs)
 
         while self.events < self.budget:
+            while timers and not (timers[0][2].alive and
+                                  timers[0][2].procs[timers[0][3]][2] == ("timer", timers[0][0])):
+                heapq.heappop(timers)          # (a dropped run's, or one set again)
             due = self.cpu_due
-            t = min(entry[0] for entry in wire) if wire else None
-            if t is not None and (due is None or t <= due):
-                # Messages arrive (runs at one instant in rank order, as the loop's batch):
-                # each run's reduction starts (``_resume``), or without one it posts again.
+            if timers and (due is None or timers[0][0] <= due):
+                t = timers[0][0]
                 if t < self.now:
-                    break
-                runs = sorted((entry[1] for entry in wire if entry[0] == t),
-                              key=lambda run: run.lo)
-                for entry in wire:
-                    if entry[0] == t and entry[2]:
-                        self.live_timers -= 1
-                wire = [entry for entry in wire if entry[0] != t]
+                    return
                 self.now = t
-                for run in runs:
-                    run.procs[k][2] = None
-                if joinable(runs):
-                    self.ready += [(run, k) for run in runs]
-                    break
-                started = False
-                for at, run in enumerate(runs):
-                    proc = run.procs[k]
-                    self.events += 1
+                batch = []
+                while timers and timers[0][0] <= t:
+                    _, _, run, j = heapq.heappop(timers)
+                    if run.alive and run.procs[j][2] == ("timer", t):
+                        self.live_timers -= 1
+                        run.procs[j][2] = None
+                        batch.append((run, j))
+            elif due is not None and due >= self.now:
+                self.now = due
+                self._cpu_event()
+                ended = finished({key: [group.left] for key, group in groups.items()})
+                if any(id(groups[key]) not in mine for key in ended):
+                    return                     # ``_end_jobs`` at this instant: the loop's
+                batch = []
+                for key in ended:              # (``_end_jobs``)
+                    group = groups.pop(key)
+                    mine.discard(id(group))
+                    self.busy -= group.weight
+                    for run, j in group.members:
+                        run.procs[j][2] = None
+                        batch.append((run, j))
+                self._reschedule()
+            else:
+                return
+            if loops(batch):
+                self.ready += batch
+                return
+            batch.sort(key=lambda item: (item[0].lo, item[1]))
+            started = False
+            for run, j in batch:
+                if not (run.alive and run.procs[j][2] is None):
+                    continue
+                self.events += 1
+                proc = run.procs[j]
+                if stepping(run, j, 1) and program[proc[0]][4] > 0:
+                    # ``_resume`` then ``_job``: the pool's jobs advanced to now, the
+                    # reduction joins those started now alike (the pool's timer is set
+                    # again after the batch).
                     proc[1] += 1
                     work = program[proc[0]][4]
-                    if work > 0:
-                        # ``_job``: the pool's jobs advanced to now, the reduction joins
-                        # those started now alike (the pool's timer set after the batch).
-                        if groups and t > self.cpu_last:
-                            progress = (t - self.cpu_last) * self._rate()
-                            for group in groups.values():
-                                group.left -= progress
-                        self.cpu_last = t
-                        key = (work, 1.0, False, t)
-                        group = groups.get(key)
-                        if group is None:
-                            group = groups[key] = _Group(work, False, t)
-                            mine.add(id(group))
-                        group.weight += run.n * 1.0
-                        group.members.append((run, k))
-                        self.busy += run.n * 1.0
-                        proc[2] = ("job", group)
-                        started = True
-                    elif not post(run):
-                        proc[1] -= 1
-                        self.events -= 1
-                        self.ready += [(other, k) for other in runs[at:]]
-                        break
-                if started:
-                    self._reschedule()
-                if self.ready:
-                    break
-                continue
-            if due is None or due < self.now:
-                break
-            # Jobs end: go on only if they are all gliding runs' reductions.
-            self.now = due
-            self._cpu_event()
-            ended = finished({key: [group.left] for key, group in groups.items()})
-            if any(id(groups[key]) not in mine for key in ended):
-                break                          # ``_end_jobs`` at this instant: the loop's
-            runs = []
-            for key in ended:                  # (``_end_jobs``)
-                group = groups.pop(key)
-                mine.discard(id(group))
-                self.busy -= group.weight
-                for run, _ in group.members:
-                    run.procs[k][2] = None
-                    runs.append(run)
-            self._reschedule()
-            runs.sort(key=lambda run: run.lo)
-            if joinable(runs):
-                self.ready += [(run, k) for run in runs]
-                break
-            for at, run in enumerate(runs):
-                self.events += 1
-                if not post(run):
-                    self.events -= 1
-                    self.ready += [(other, k) for other in runs[at:]]
-                    break
+                    if groups and self.now > self.cpu_last:
+                        progress = (self.now - self.cpu_last) * self._rate()
+                        for group in groups.values():
+                            group.left -= progress
+                    self.cpu_last = self.now
+                    key = (work, 1.0, False, self.now)
+                    group = groups.get(key)
+                    if group is None:
+                        group = groups[key] = _Group(work, False, self.now)
+                        mine.add(id(group))
+                    group.weight += run.n * 1.0
+                    group.members.append((run, k))
+                    self.busy += run.n * 1.0
+                    proc[2] = ("job", group)
+                    started = True
+                elif not (stepping(run, j, 0) and post(run)):
+                    self._resume(run, j)
+                    per_byte = self._per_byte()    # (it may have entered or left one)
+            if started:
+                self._reschedule()
             if self.ready:
-                break
-        for entry in wire:
-            if not entry[2]:
-                heapq.heappush(self.timers, (entry[0], self.order, entry[1], k))
-                self.order += 1
-                self.live_timers += 1
+                return
 
     def run(self):
         while True:
