@@ -62,7 +62,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
 6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
    (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
    standing for its run's; only a run's end ranks can part from it, and runs that go on
-   together join again.  O(p) events an iteration.
+   together join again.  O(p) events an iteration, most of them a straggler's staircase (a run
+   parting from, or taking in, its end ranks a step at a time), taken outside the loop's
+   batches (``_Ring._glide``).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
