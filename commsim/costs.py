@@ -192,6 +192,8 @@ def clamped_piecewise(points: tuple, x: float) -> float:
     last (measured curves are not extrapolated)."""
     if not points or x <= points[0][0]:
         return 1.0
+    if x > points[-1][0]:                      # (the commonest at scale: many threads a core)
+        return points[-1][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
         if x <= x1:
             return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
