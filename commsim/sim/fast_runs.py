@@ -799,8 +799,10 @@ class _Ring:
                     mine.discard(id(group))
                     self.busy -= group.weight
                     for run, j in group.members:
-                        run.procs[j][2] = None
-                        batch.append((run, j))
+                        pending = run.procs[j][2]
+                        if run.alive and pending is not None and pending[1] is group:
+                            run.procs[j][2] = None
+                            batch.append((run, j))
                 self._reschedule()
             else:
                 return
