@@ -61,7 +61,7 @@ class CostInputs:
         return speed
 
     # Split once, and each load's answer kept: the simulators ask for these on every message
-    # and every CPU rate change, at the few loads a run has.
+    # and every CPU rate change, most often at a few loads.
     @functools.cached_property
     def _memo(self) -> tuple:
         return {}, {}
