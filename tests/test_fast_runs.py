@@ -206,6 +206,27 @@ def test_staircases_glide_as_the_des_steps(strategy, case):
         assert steps > 24, steps          # (two ranks a host: two kinds of message, no glide)
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
+       strategy=st.sampled_from(["ddp", "ring"]), hosts=st.sampled_from([17, 24, 31]),
+       options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=2, unique=True),
+       slow=st.dictionaries(st.integers(0, 30), st.sampled_from([0.8, 1.2, 1.5, 3.0]),
+                            min_size=1, max_size=2))
+def test_random_staircases_match_the_des(profile, cpu, strategy, hosts, options, slow):
+    """Rings long enough for the glide (a run of at least four ranks beside four others),
+    random stragglers, cores and options: the DES's times."""
+    kw = {}
+    for name in options:
+        kw.update(OPTIONS[name])
+    if strategy == "ring":
+        kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
+    sc = Scenario(global_batch=32 * hosts, bucket_bytes=2_000_000,
+                  stragglers={rank % hosts: factor for rank, factor in slow.items()},
+                  **CPU[cpu], **kw)
+    assert_same(predict(PROFILES[profile], strategy, hosts, sc, engine="des"),
+                predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
+
+
 def test_runs_meet_the_lockstep_without_a_straggler_factor():
     """A 'straggler' of factor 1 is no straggler: the runs give the lockstep's answer."""
     sc = Scenario(global_batch=64 * 8, shared_cpu_cores=2, stragglers={3: 1.0})
