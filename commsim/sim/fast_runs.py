@@ -692,8 +692,7 @@ class _Ring:
         loop what only it does: runs that ``_join`` would join, a batch of every run
         (``_jump``), and jobs ending other than ring steps' reductions."""
         k, p = self.talker, self.p
-        if (self.ready or not self.live_timers or len(self.first) < 3 or len(self.kinds) != 1
-                or len(self.timers) > 64):
+        if self.ready or not self.live_timers or len(self.first) < 3 or len(self.kinds) != 1:
             return
         program, timers, groups = self.programs[k], self.timers, self.groups
 
@@ -765,10 +764,13 @@ class _Ring:
             (neighbours in one state), or it holds every run (``_jump``)."""
             if len(batch) >= len(self.first):
                 return True
-            runs = [run for run, _ in batch]
-            return len(runs) > 1 and any(
-                (run.lo + run.n) % p == other.lo and run.state() is not None
-                and run.state() == other.state() for run in runs for other in runs)
+            after = {(run.lo + run.n) % p: run for run, _ in batch}
+            for other, _ in batch:
+                run = after.get(other.lo)
+                if run is not None and run is not other and run.state() is not None \
+                        and run.state() == other.state():
+                    return True
+            return False
 
         while self.events < self.budget:
             while timers and not (timers[0][2].alive and
@@ -816,12 +818,12 @@ class _Ring:
                     continue
                 self.events += 1
                 proc = run.procs[j]
-                if stepping(run, j, 1) and program[proc[0]][4] > 0:
+                work = program[proc[0]][4] if stepping(run, j, 1) else 0.0
+                if work > 0:
                     # ``_resume`` then ``_job``: the pool's jobs advanced to now, the
                     # reduction joins those started now alike (the pool's timer is set
                     # again after the batch).
                     proc[1] += 1
-                    work = program[proc[0]][4]
                     if groups and self.now > self.cpu_last:
                         progress = (self.now - self.cpu_last) * self._rate()
                         for group in groups.values():
