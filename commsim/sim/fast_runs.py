@@ -338,7 +338,10 @@ class _Ring:
             else:
                 self.ready.append((piece, k))
 
-    def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool) -> None:
+    def _job(self, run: _Run, k: int, work: float, threads: float, compute: bool,
+             reschedule: bool = True) -> None:
+        """Process ``k`` of ``run`` starts a job; ``reschedule``: the pool's timer set again
+        now (else by the caller, once a batch of jobs has started)."""
         self._cpu_event()
         key = (work, threads, compute, self.now)
         group = self.groups.get(key)
@@ -350,7 +353,8 @@ class _Ring:
         if compute:
             self.computing += run.n * threads
         run.procs[k][2] = ("job", group)
-        self._reschedule()
+        if reschedule:
+            self._reschedule()
 
     def _cpu_event(self) -> None:
         """The pool's jobs advanced to now at the speed they had
@@ -368,10 +372,15 @@ class _Ring:
             self.cpu_due = self.now + max(
                 0.0, min(group.left for group in self.groups.values()) / self._rate())
 
-    def _end_jobs(self) -> None:
+    def _finished(self) -> list:
+        """The pool's jobs advanced to now; the keys of those that end now."""
         self._cpu_event()
-        left = {key: [group.left] for key, group in self.groups.items()}
-        for key in finished(left):
+        return finished({key: [group.left] for key, group in self.groups.items()})
+
+    def _end_jobs(self, ended: list | None = None) -> None:
+        """The jobs that end now (``ended``: their keys, from ``_finished``) end: their
+        processes are ready."""
+        for key in self._finished() if ended is None else ended:
             group = self.groups.pop(key)
             self.busy -= group.weight
             if group.compute:
@@ -791,21 +800,13 @@ class _Ring:
                         batch.append((run, j))
             elif due is not None and due >= self.now:
                 self.now = due
-                self._cpu_event()
-                ended = finished({key: [group.left] for key, group in groups.items()})
+                ended = self._finished()
                 if any(id(groups[key]) not in mine for key in ended):
                     return                     # ``_end_jobs`` at this instant: the loop's
-                batch = []
-                for key in ended:              # (``_end_jobs``)
-                    group = groups.pop(key)
-                    mine.discard(id(group))
-                    self.busy -= group.weight
-                    for run, j in group.members:
-                        pending = run.procs[j][2]
-                        if run.alive and pending is not None and pending[1] is group:
-                            run.procs[j][2] = None
-                            batch.append((run, j))
-                self._reschedule()
+                for key in ended:
+                    mine.discard(id(groups[key]))
+                self._end_jobs(ended)
+                batch, self.ready = self.ready, []
             else:
                 return
             if loops(batch):
@@ -820,24 +821,13 @@ class _Ring:
                 proc = run.procs[j]
                 work = program[proc[0]][4] if stepping(run, j, 1) else 0.0
                 if work > 0:
-                    # ``_resume`` then ``_job``: the pool's jobs advanced to now, the
-                    # reduction joins those started now alike (the pool's timer is set
-                    # again after the batch).
+                    # ``_resume`` at a ring step's reduction (the pool's timer is set again
+                    # after the batch).
                     proc[1] += 1
-                    if groups and self.now > self.cpu_last:
-                        progress = (self.now - self.cpu_last) * self._rate()
-                        for group in groups.values():
-                            group.left -= progress
-                    self.cpu_last = self.now
-                    key = (work, 1.0, False, self.now)
-                    group = groups.get(key)
-                    if group is None:
-                        group = groups[key] = _Group(work, False, self.now)
-                        mine.add(id(group))
-                    group.weight += run.n * 1.0
-                    group.members.append((run, k))
-                    self.busy += run.n * 1.0
-                    proc[2] = ("job", group)
+                    fresh = (work, 1.0, False, self.now) not in groups
+                    self._job(run, k, work, 1.0, False, reschedule=False)
+                    if fresh:
+                        mine.add(id(proc[2][1]))
                     started = True
                 elif not (stepping(run, j, 0) and post(run)):
                     self._resume(run, j)
