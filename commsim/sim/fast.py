@@ -57,8 +57,11 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    compute meets a message: the classes of ranks of one compute factor, an event per class's
    job end, and the messages in match order at the load when each starts
    (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
-   from its mean on, the recurrences.  dp on a pool is an event loop over device 0's serial
-   phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
+   from its mean on, the recurrences.  Binomial ps on one pool: the schedules from the first
+   tensor's mean to the last gather; the last scatter, whose ranks step on the pool as they
+   get their shares, by classes of ranks acting together (``fast_scatter``).  dp on a pool
+   is an event loop over device 0's serial phases, the jobs on the pool and the deliveries
+   (``_data_parallel_in_pool``).
 6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
    (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
    standing for its run's; only a run's end ranks can part from it, and runs that go on
@@ -114,7 +117,7 @@ import math
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
-from commsim.sim import fast_lockstep, fast_queues, fast_runs
+from commsim.sim import fast_lockstep, fast_queues, fast_runs, fast_scatter
 from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
@@ -1374,7 +1377,8 @@ def _binomial_ps_in_parts(run: Run, backward_end):
     compute out of step (else every rank ends backward together, at ``backward_end``); the
     middle tensors and the last gather by the schedules, the root's mean alone on its CPU; the
     last scatter and the optimizer steps, which the ranks take as they get their shares while
-    messages still flow, replayed from when each rank posts its share's receive.  When each
+    messages still flow, replayed from when each rank posts its share's receive (on one pool
+    and one rank a host by class, ``fast_scatter``, unless the classes part).  When each
     rank's step ends; the run's compute and communication seconds, summed over the parts.
     Raises ``Replay`` where the middle's messages would queue on a NIC, ``NotExact`` where the
     last replay would take a NIC direction ahead of an earlier request (the caller then
@@ -1396,11 +1400,20 @@ def _binomial_ps_in_parts(run: Run, backward_end):
         t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
     # The last gather too (every rank posts its scatter receive before the root's mean ends,
     # so all are inside the collective while steps run); its scatter replayed.
-    gather, _ = binomial_gather_scatter_schedules(run, blk)
+    gather, scatter = binomial_gather_scatter_schedules(run, blk)
     gathered = gather.run(t[None] + costs.overhead("gather"), costs.param_bytes[last])[0]
-    leave, finish = _binomial_ps_replayed(run, blk, slice(last, None),
-                                          begin=gathered + costs.overhead("scatter"),
-                                          scattered=True)
+    begin = gathered + costs.overhead("scatter")
+    leave = None
+    if fast_scatter.covers(run):          # by classes of ranks acting together
+        try:
+            leave, finish = fast_scatter.last_scatter(run, scatter, begin,
+                                                      costs.param_bytes[last],
+                                                      costs.optimizer_s * run.factor)
+        except NotExact:                  # they parted: every rank replayed
+            pass
+    if leave is None:
+        leave, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=begin,
+                                              scattered=True)
     run.compute_s = compute + run.compute_s
     run.comm_s = comm + (leave - left)
     return finish

@@ -251,7 +251,7 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     label = np.zeros(p)
     for alike in (speed, link):
         if alike is not None:
-            label = _grouped(np.column_stack([label, alike])) * 1.0
+            label = grouped(np.column_stack([label, alike])) * 1.0
     # On CPUs of their own a slower rank's reductions and messages may be slower too (its
     # compute beside them on its cores): they take longer here, so that the ranks they reach
     # part.  (On one pool every job runs at one speed.)
@@ -284,7 +284,7 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
                 stamp[at] = done
                 columns += [code, stamp]
             end = t
-            label = _grouped(np.vstack(columns).T) * 1.0
+            label = grouped(np.vstack(columns).T) * 1.0
     cls = label.astype(np.int64)
     steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
     for key, code, partner, share, reduce in rounds:
@@ -308,7 +308,7 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     return cls.tolist(), steps
 
 
-def _grouped(rows) -> np.ndarray:
+def grouped(rows) -> np.ndarray:
     """Each row's group of equal rows, numbered by first row.  Grouped by a random projection
     of each row (sorting 65,536 rows themselves takes a second), then checked row by row; a
     collision groups the rows themselves."""

@@ -99,9 +99,10 @@ class SharedCpus:
     threads:       threads of a compute job (a Gloo job has one).
     efficiency:    ((busy threads, speed), ...), ``ClusterSpec.cpu_efficiency``.
     costs:         the run's ``CostInputs`` (its contention curve), or None for none.
-    multiplicity:  how many alike copies of the replayed ranks share each CPU (a period of a
-                   uniform cluster on one pool): its jobs, threads and talking ranks count
-                   that many times.
+    multiplicity:  how many alike ranks each replayed process stands for on its CPU (a period
+                   of a uniform cluster on one pool; per process, a class of ranks that act
+                   at the same instants): its jobs' threads and its talking count that many
+                   times.
 
     Every job on a CPU progresses at the same rate, so the CPU keeps the work done per job
     since it was last idle (``done``) and its jobs on a heap keyed by the ``done`` at which
@@ -112,16 +113,18 @@ class SharedCpus:
         self.cpu = list(cpu)
         self.cores, self.threads, self.efficiency = float(cores), float(threads), efficiency
         self.costs = costs if costs is not None and costs.contention else None
-        self.m = float(multiplicity)
+        self.m = [float(m) for m in multiplicity] if np.ndim(multiplicity) else \
+            [float(multiplicity)] * len(self.cpu)
         count = max(self.cpu) + 1 if self.cpu else 0
         self.done = [0.0] * count
         self.last = [0.0] * count
         # Per CPU a heap of jobs: (done at its end, order, process, threads, compute?, work,
         # done when it came).
         self.jobs = [[] for _ in range(count)]
+        # (Counted with each process's multiplicity.)
         self.busy = [0.0] * count                    # threads of running jobs
         self.computing = [0.0] * count               # threads of running compute jobs
-        self.talking = [0] * count                   # ranks inside a collective
+        self.talking = [0.0] * count                 # ranks inside a collective
         self._rate = [None] * count                  # each CPU's rate, until it changes
         self._cap = [None] * count                   # and its contended bandwidth
         self.started = {}                            # process -> when its job began
@@ -131,7 +134,7 @@ class SharedCpus:
 
     def load(self, c: int) -> float:
         """``ProcessorSharingCPU.load``."""
-        return cpu_load(self.cores, self.m * self.computing[c], self.m * self.talking[c])
+        return cpu_load(self.cores, self.computing[c], self.talking[c])
 
     def rate(self, c: int) -> float:
         """``ProcessorSharingCPU._rate`` (kept until the CPU's jobs or talking ranks change)."""
@@ -139,7 +142,7 @@ class SharedCpus:
         if rate is None:
             talking = self.talking[c] and self.costs is not None
             rate = self._rate[c] = job_rate(
-                self.cores, self.m * self.busy[c], self.efficiency,
+                self.cores, self.busy[c], self.efficiency,
                 self.costs.compute_speed(self.load(c)) if talking else 1.0)
         return rate
 
@@ -151,7 +154,7 @@ class SharedCpus:
     def arrive(self, k: int, t: float, work: float, compute: bool) -> int:
         c = self.cpu[k]
         self.advance(c, t)
-        threads = self.threads if compute else 1.0
+        threads = (self.threads if compute else 1.0) * self.m[k]
         heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute,
                                       work, self.done[c]))
         self._order += 1
@@ -166,7 +169,7 @@ class SharedCpus:
         """Process k began (+1) or ended (-1) a collective at ``t``: its CPU."""
         c = self.cpu[k]
         self.advance(c, t)
-        self.talking[c] += delta
+        self.talking[c] += delta * self.m[k]
         self._rate[c] = self._cap[c] = None
         self.comm_s[k] = self.comm_s.get(k, 0.0) - delta * t
         return c
