@@ -59,9 +59,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
    from its mean on, the recurrences.  Binomial ps on one pool: the schedules from the first
    tensor's mean to the last gather; the last scatter, whose ranks step on the pool as they
-   get their shares, by classes of ranks acting together (``fast_scatter``).  dp on a pool
-   is an event loop over device 0's serial phases, the jobs on the pool and the deliveries
-   (``_data_parallel_in_pool``).
+   get their shares, and with stragglers the compute and first tensor, replayed by classes of
+   ranks acting together (``fast_classes``).  dp on a pool is an event loop over device 0's
+   serial phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
 6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
    (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
    standing for its run's; only a run's end ranks can part from it, and runs that go on
@@ -117,7 +117,7 @@ import math
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
-from commsim.sim import fast_lockstep, fast_queues, fast_runs, fast_scatter
+from commsim.sim import fast_classes, fast_lockstep, fast_queues, fast_runs
 from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
@@ -1374,11 +1374,12 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
 def _binomial_ps_in_parts(run: Run, backward_end):
     """Binomial ps with jobs sharing a CPU, whose first tensor's mean begins the quiet stretch
     (``_quiet_after_first_tensor``): the compute and the first tensor replayed where ranks
-    compute out of step (else every rank ends backward together, at ``backward_end``); the
+    compute out of step (else every rank ends backward together, at ``backward_end``; on
+    one pool and one rank a host by class, ``fast_classes``, as the last scatter); the
     middle tensors and the last gather by the schedules, the root's mean alone on its CPU; the
     last scatter and the optimizer steps, which the ranks take as they get their shares while
     messages still flow, replayed from when each rank posts its share's receive (on one pool
-    and one rank a host by class, ``fast_scatter``, unless the classes part).  When each
+    and one rank a host by class, ``fast_classes``, unless the classes part).  When each
     rank's step ends; the run's compute and communication seconds, summed over the parts.
     Raises ``Replay`` where the middle's messages would queue on a NIC, ``NotExact`` where the
     last replay would take a NIC direction ahead of an earlier request (the caller then
@@ -1388,7 +1389,7 @@ def _binomial_ps_in_parts(run: Run, backward_end):
     blk = Block(np.arange(p)[None], p)
     last = len(costs.param_bytes) - 1
     if spec.stragglers:
-        t, _ = _binomial_ps_replayed(run, blk, slice(0, 1))
+        t, _ = _binomial_ps_replayed(run, blk, slice(0, 1), by_class=True)
         compute, comm, first = run.compute_s, run.comm_s, 1
     else:
         t, first = backward_end, 0
@@ -1400,27 +1401,18 @@ def _binomial_ps_in_parts(run: Run, backward_end):
         t = binomial_gather_mean_scatter(run, blk, t[None], n)[0]
     # The last gather too (every rank posts its scatter receive before the root's mean ends,
     # so all are inside the collective while steps run); its scatter replayed.
-    gather, scatter = binomial_gather_scatter_schedules(run, blk)
+    gather, _ = binomial_gather_scatter_schedules(run, blk)
     gathered = gather.run(t[None] + costs.overhead("gather"), costs.param_bytes[last])[0]
     begin = gathered + costs.overhead("scatter")
-    leave = None
-    if fast_scatter.covers(run):          # by classes of ranks acting together
-        try:
-            leave, finish = fast_scatter.last_scatter(run, scatter, begin,
-                                                      costs.param_bytes[last],
-                                                      costs.optimizer_s * run.factor)
-        except NotExact:                  # they parted: every rank replayed
-            pass
-    if leave is None:
-        leave, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=begin,
-                                              scattered=True)
+    leave, finish = _binomial_ps_replayed(run, blk, slice(last, None), begin=begin,
+                                          scattered=True, by_class=True)
     run.compute_s = compute + run.compute_s
     run.comm_s = comm + (leave - left)
     return finish
 
 
 def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), begin=None,
-                         scattered: bool = False):
+                          scattered: bool = False, by_class: bool = False):
     """Binomial ps where messages queue on a NIC (or, with ``run.sharing``, jobs share a CPU):
     every rank's process from the start of the iteration (its compute; per tensor: begin, the
     gather's overhead and schedule with the root's mean, the scatter's, end; the optimizer
@@ -1428,30 +1420,53 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     synchronised, and when its step ends.  ``tensors``: those replayed, from the first
     (after the compute) or, with ``begin``, from when each rank begins the first of them (with
     ``scattered``, its scatter: the gather is done, the scatter's overhead waited); the
-    optimizer step follows the last tensor only."""
+    optimizer step follows the last tensor only.  ``by_class``: on one pool, one rank of each
+    class of ranks acting together replayed (``fast_classes``), unless the classes part."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
     messages = [[] for _ in range(7)]
+    phases = []                         # the replay's stretch, for ``fast_classes``
+
+    def tree(schedule, n):
+        first = len(messages[0])
+        steps = schedule.replayed(n, messages)
+        phases.append(("messages", first, len(messages[0])))
+        return steps
+
     if begin is None:
         programs, begin, _ = _compute_programs(run, False, messages, False, None)
         for program, f in zip(programs, run.factor):
             program.append((fast_queues.COMPUTE, costs.backward_s * f))
+        phases.append(("work", run.factor * (costs.forward_s + costs.backward_s)
+                       * run.spec.sync_every))
     else:
         programs = [[] for _ in range(run.ranks.size)]
     last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
     for i, n in enumerate(costs.param_bytes[tensors]):
         if i == 0 and scattered:
-            for k, down in enumerate(scatter.replayed(n, messages)):
+            for k, down in enumerate(tree(scatter, n)):
                 programs[k] += [(fast_queues.ENTER,), *down, (fast_queues.EXIT,)]
             continue
-        parts = (gather.replayed(n, messages), scatter.replayed(n, messages))
-        for k, (up, down) in enumerate(zip(*parts)):
+        up = tree(gather, n)
+        mean = np.zeros(run.ranks.size)
+        mean[0] = run.ranks.size * n * costs.gamma_s_per_B
+        phases.append(("work", mean))
+        for k, (up, down) in enumerate(zip(up, tree(scatter, n))):
             programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),
                             *up, (fast_queues.WAIT, costs.overhead("scatter")), *down,
                             (fast_queues.EXIT,)]
     for k, program in enumerate(programs):
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k] if last else 0.0)]
+    if by_class and fast_classes.covers(run):
+        step = costs.optimizer_s * run.factor if last else np.zeros(run.ranks.size)
+        phases.append(("work", step))
+        cls = fast_classes.tree_classes(begin, run.factor, messages, phases)
+        try:
+            ends, marks = fast_classes.replay(run, programs, messages, begin, cls)
+            return np.array(marks)[:, 0], np.array(ends)
+        except NotExact:                # the classes parted: every rank replayed
+            pass
     ends, marks = replay(run, messages, programs, begin)
     return np.array(marks)[:, 0], np.array(ends)
 

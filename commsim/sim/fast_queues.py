@@ -44,7 +44,7 @@ _DUE_S = 1e-15
 
 # Actions of a rank's program.
 SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
-    TOGETHER, ALL = range(15)
+    TOGETHER, ALL, GHOST = range(16)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
     _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
@@ -258,7 +258,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                starts process k), (SIGNAL, i) (process n + k: rank k's bucket i is ready),
                (READY, i) (process k waits for that), (JOIN,) (process n + k waits for
                process k to end); (TOGETHER,): wait until ``together`` processes have come
-               to it (``SimContext.together``), all leaving in the order they came.
+               to it (``SimContext.together``), all leaving in the order they came;
+               (GHOST, messages): post a side of each for ranks that are not replayed,
+               which act as this process does (a class of ranks), and go on (nothing
+               waits on those sides).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
     gloo:      gloo(process, t, work) -> when its Gloo thread ends that work from t.
@@ -413,6 +416,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     return
             elif kind == MARK:
                 marks[k].append(t)
+            elif kind == GHOST:
+                for m in action[1]:
+                    post(m, t)
             elif kind == TOGETHER:
                 latch.append(k)
                 if len(latch) == together:
@@ -445,6 +451,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         for kind, what in at[t]:          # events scheduled now join the end: run them too
             if kind == _DONE:                          # a send or receive event processed
                 k = waiting_on[what]
+                if k is None:                          # a ghost's side
+                    continue
                 pending[k] -= 1
                 if pending[k] == 0:
                     if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
