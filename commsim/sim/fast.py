@@ -1437,8 +1437,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
         programs, begin, _ = _compute_programs(run, False, messages, False, None)
         for program, f in zip(programs, run.factor):
             program.append((fast_queues.COMPUTE, costs.backward_s * f))
-        phases.append(("work", run.factor * (costs.forward_s + costs.backward_s)
-                       * run.spec.sync_every))
+        phases.append(("work", run.factor))            # (generic: its compute)
     else:
         programs = [[] for _ in range(run.ranks.size)]
     last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
@@ -1447,11 +1446,9 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
             for k, down in enumerate(tree(scatter, n)):
                 programs[k] += [(fast_queues.ENTER,), *down, (fast_queues.EXIT,)]
             continue
-        up = tree(gather, n)
-        mean = np.zeros(run.ranks.size)
-        mean[0] = run.ranks.size * n * costs.gamma_s_per_B
-        phases.append(("work", mean))
-        for k, (up, down) in enumerate(zip(up, tree(scatter, n))):
+        ups = tree(gather, n)
+        phases.append(("work", np.arange(run.ranks.size) == 0))   # (generic: the root's mean)
+        for k, (up, down) in enumerate(zip(ups, tree(scatter, n))):
             programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),
                             *up, (fast_queues.WAIT, costs.overhead("scatter")), *down,
                             (fast_queues.EXIT,)]
@@ -1459,8 +1456,6 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k] if last else 0.0)]
     if by_class and fast_classes.covers(run):
-        step = costs.optimizer_s * run.factor if last else np.zeros(run.ranks.size)
-        phases.append(("work", step))
         cls = fast_classes.tree_classes(begin, run.factor, messages, phases)
         try:
             ends, marks = fast_classes.replay(run, programs, messages, begin, cls)
