@@ -205,8 +205,12 @@ def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: i
     with os.fdopen(read) as f:
         text = f.read()
     _, status, usage = os.wait4(pid, 0)
-    out = json.loads(text) if text else {"failed": f"child ended with status {status} "
-                                                    f"(timeout {timeout} s?)"}
+    if text:
+        out = json.loads(text)
+    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
+        out = {"failed": f"past its timeout of {timeout} s"}
+    else:
+        out = {"failed": f"the child ended with status {status}"}
     out["rss_B"] = usage.ru_maxrss * 1024
     return out
 
@@ -309,7 +313,12 @@ def main(argv=None) -> int:
             reason = declined(prof, strategy, ranks, options)
             if reason is None:
                 got = in_child(prof, strategy, ranks, options, args.timeout)
-                reason = got.get("declined") or got.get("failed")
+                if "failed" in got:           # (past the timeout: over, not declined)
+                    missed.append(f"{label} ({strategy}, {ranks}): {got['failed']}")
+                    print(f"{label:40} {strategy:8} {ranks:>6} {'fast':6} over: "
+                          f"{got['failed']}", flush=True)
+                    continue
+                reason = got.get("declined")
             if reason:
                 declines.append(f"{label} ({strategy}, {ranks}): {reason}")
                 print(f"{label:40} {strategy:8} {ranks:>6} {'des':6} fast engine declines: "
