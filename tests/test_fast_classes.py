@@ -80,8 +80,8 @@ def test_random_pools_act_as_the_des(replays, hosts, profile, straggler, slow):
 def test_classes_that_part_are_replayed(replays, monkeypatch, stragglers):
     """A partition too coarse (every rank but the root one class) fails the check: the
     stretch is replayed rank by rank, with the DES's times."""
-    classes = fast_classes.tree_classes
-    monkeypatch.setattr(fast_classes, "tree_classes",
+    classes = fast_classes.classes
+    monkeypatch.setattr(fast_classes, "classes",
                         lambda *args: np.minimum(classes(*args), 1))
     same_as_des(profile_named("contended"), 21, stragglers=stragglers)
     assert replays == ["parted"] * (1 + bool(stragglers))
@@ -91,7 +91,7 @@ def test_receivers_merged_wrongly_are_caught(replays, monkeypatch):
     """The leaves (odd places) of 21 ranks with a straggler receive at several instants; a
     partition that merges them, every sender kept apart, fails the check on the receiving
     side."""
-    classes = fast_classes.tree_classes
+    classes = fast_classes.classes
 
     def leaves_merged(*args):
         cls = classes(*args)
@@ -99,6 +99,6 @@ def test_receivers_merged_wrongly_are_caught(replays, monkeypatch):
         merged = np.where(odd, cls[1], cls)
         return np.unique(merged, return_inverse=True)[1].ravel()
 
-    monkeypatch.setattr(fast_classes, "tree_classes", leaves_merged)
+    monkeypatch.setattr(fast_classes, "classes", leaves_merged)
     same_as_des(profile_named("contended"), 21, stragglers={4: 1.5})
     assert "parted" in replays

@@ -1425,13 +1425,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
     messages = [[] for _ in range(7)]
-    phases = []                         # the replay's stretch, for ``fast_classes``
-
-    def tree(schedule, n):
-        first = len(messages[0])
-        steps = schedule.replayed(n, messages)
-        phases.append(("messages", first, len(messages[0])))
-        return steps
+    phases = []                         # its steps in order, for ``fast_classes``
 
     if begin is None:
         programs, begin, _ = _compute_programs(run, False, messages, False, None)
@@ -1443,12 +1437,11 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
     for i, n in enumerate(costs.param_bytes[tensors]):
         if i == 0 and scattered:
-            for k, down in enumerate(tree(scatter, n)):
+            for k, down in enumerate(scatter.replayed(n, messages, phases)):
                 programs[k] += [(fast_queues.ENTER,), *down, (fast_queues.EXIT,)]
             continue
-        ups = tree(gather, n)
-        phases.append(("work", np.arange(run.ranks.size) == 0))   # (generic: the root's mean)
-        for k, (up, down) in enumerate(zip(ups, tree(scatter, n))):
+        parts = (gather.replayed(n, messages, phases), scatter.replayed(n, messages, phases))
+        for k, (up, down) in enumerate(zip(*parts)):
             programs[k] += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("gather")),
                             *up, (fast_queues.WAIT, costs.overhead("scatter")), *down,
                             (fast_queues.EXIT,)]
@@ -1456,7 +1449,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k] if last else 0.0)]
     if by_class and fast_classes.covers(run):
-        cls = fast_classes.tree_classes(begin, run.factor, messages, phases)
+        cls = fast_classes.classes(begin, run.factor, messages, phases)
         try:
             ends, marks = fast_classes.replay(run, programs, messages, begin, cls)
             return np.array(marks)[:, 0], np.array(ends)

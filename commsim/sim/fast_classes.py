@@ -11,7 +11,7 @@ forward and step together (log2 p + 1 classes); a straggler parts the ranks its 
 in the gather, and the places beside missing subtrees part (other sizes), a few dozen classes.
 One rank of each class is enough:
 
-1. Classes (``tree_classes``): the stretch timed with generic seconds (each message's latency,
+1. Classes (``classes``): the stretch timed with generic seconds (each message's latency,
    bytes and mask weighted so that unequal paths do not tie; a rank's compute by its factor),
    the ranks grouped by their start, factor, and the time and bytes of each of their messages.
 2. The replay (``replay``): one rank of each class, its CPU jobs counting on the pool for its
@@ -49,15 +49,17 @@ def covers(run: Run) -> bool:
     """Whether binomial ps's replays go by class: every rank on the one pool, a host each (no
     NIC carries two ranks' messages)."""
     c = run.spec.cluster
-    return c.shared_cpu_cores is not None and c.ranks_per_host == 1 and run.ranks.size > 2
+    return (c.shared_cpu_cores is not None and c.ranks_per_host == 1
+            and run.ranks.size == run.p > 2)
 
 
-def tree_classes(begin, factor, messages, phases) -> np.ndarray:
+def classes(begin, factor, messages, phases) -> np.ndarray:
     """Per rank, its class: ranks that act alike when the stretch is timed with generic
     seconds.  ``begin`` and ``factor``: per rank, when it starts and its compute factor (its
-    jobs' work scales with it).  ``phases``, in order: ("messages", first, end) for the
-    messages of one tree (``Schedule.program``'s columns, ids first..end-1, one step per
-    mask, each rank in a step at most once), or ("work", seconds per rank) for CPU work."""
+    jobs' work scales with it).  ``phases``, in order (``Schedule.program``'s): ("messages",
+    first, end) for one step's messages (ids first..end-1, each done when both its sides are
+    posted, a rank done with the step when all its messages of it are), or ("work", seconds
+    per rank) for CPU work."""
     src, dst = np.asarray(messages[0]), np.asarray(messages[1])
     lat, busy = np.asarray(messages[2], dtype=float), np.asarray(messages[3], dtype=float)
     clock = np.asarray(begin, dtype=float).copy()
@@ -67,24 +69,26 @@ def tree_classes(begin, factor, messages, phases) -> np.ndarray:
             clock = clock + _COMPUTE * phase[1]
             columns.append(np.asarray(phase[1], dtype=float))
             continue
-        _, first, end = phase
-        mask = np.abs(dst[first:end] - src[first:end])
-        cuts = [first, *(first + 1 + np.flatnonzero(np.diff(mask))).tolist(), end]
-        for a, b in zip(cuts, cuts[1:]):
-            s, d = src[a:b], dst[a:b]
-            done = np.maximum(clock[s], clock[d]) + (
-                _LATENCY * lat[a:b] + _BUSY * busy[a:b] + _MASK * np.sqrt(mask[a - first] + 2.0))
-            clock[s] = clock[d] = done
-            sent, got = np.zeros(clock.size), np.zeros(clock.size)
-            sent[s], got[d] = done, done
-            columns += [sent, got]
+        _, a, b = phase
+        s, d = src[a:b], dst[a:b]
+        done = np.maximum(clock[s], clock[d]) + (
+            _LATENCY * lat[a:b] + _BUSY * busy[a:b] + _MASK * np.sqrt(np.abs(d - s) + 2.0))
+        role = np.zeros(clock.size)
+        np.add.at(role, s, 1.0)
+        np.add.at(role, d, 1000.0)
+        after = np.zeros(clock.size)
+        np.maximum.at(after, s, done)
+        np.maximum.at(after, d, done)
+        moved = role > 0
+        clock[moved] = after[moved]
+        columns += [role, np.where(moved, clock, 0.0)]
     return grouped(np.column_stack(columns))
 
 
 def replay(run: Run, programs, messages, begin, cls):
-    """``fast_queues.simulate`` of ``programs`` (one per rank; only SEND and RECV exchange
-    messages) from ``begin`` on the one pool, by the classes ``cls`` (see the module's
-    docstring): per rank, when its process ends and its marks; ``run.compute_s`` and
+    """``fast_queues.simulate`` of ``programs`` (one per rank: messages, CPU jobs, waits, a
+    collective's ends, marks) from ``begin`` on the one pool, by the classes ``cls`` (see the
+    module's docstring): per rank, when its process ends and its marks; ``run.compute_s`` and
     ``run.comm_s`` set per rank.  Raises ``NotExact`` where the classes part."""
     spec, costs = run.spec, run.costs
     c = spec.cluster
@@ -109,27 +113,30 @@ def replay(run: Run, programs, messages, begin, cls):
     # The replayed ranks' programs: a mark as each posts a message (the place of that
     # message among its own), the ghost sides it posts for the ranks of its class just
     # before; their messages renumbered.
-    mine = sorted({action[1] for k in replayed.tolist() for action in programs[k]
-                   if action[0] in (fast_queues.SEND, fast_queues.RECV)})
+    mine = sorted({m for k in replayed.tolist() for action in programs[k]
+                   if action[0] in _SIDES for m in action[1:]})
     number = {m: i for i, m in enumerate(mine)}
     ghosts: dict = {}                                 # (class, place) -> the sides it posts
     for m in mine:
         for rank, at in ((src[m], at_src[m]), (dst[m], at_dst[m])):
             if process[rank] < 0:
                 ghosts.setdefault((cls[rank], at), []).append(number[m])
-    bodies, roles = [], []                            # roles: per mark, its place or None
+    bodies, roles = [], []                # roles: per mark, the places it posts, or None
     for i, k in enumerate(replayed.tolist()):
         body, role, j = [], [], 0
         for action in programs[k]:
             kind = action[0]
-            if kind in (fast_queues.SEND, fast_queues.RECV):
-                if (at_src if kind == fast_queues.SEND else at_dst)[action[1]] != j:
+            if kind in _SIDES:
+                slots = [(at_dst if side else at_src)[m]
+                         for m, side in zip(action[1:], _SIDES[kind])]
+                if sorted(slots) != list(range(j, j + len(slots))):
                     raise NotExact(_PARTED)         # (its messages out of their ids' order)
-                if (i, j) in ghosts:
-                    body.append((fast_queues.GHOST, tuple(ghosts[i, j])))
-                body += [(fast_queues.MARK,), (kind, number[action[1]])]
-                role.append(j)
-                j += 1
+                extra = [g for at in slots for g in ghosts.get((i, at), ())]
+                if extra:
+                    body.append((fast_queues.GHOST, tuple(extra)))
+                body += [(fast_queues.MARK,), (kind, *(number[m] for m in action[1:]))]
+                role.append(slots)
+                j += len(slots)
                 continue
             if kind not in _TAKEN:
                 raise NotExact(_PARTED)             # (a program this replay does not take)
@@ -156,10 +163,10 @@ def replay(run: Run, programs, messages, begin, cls):
     posted = np.full((count, places), np.nan)
     own = []
     for i, (stamps, role) in enumerate(zip(marks, roles)):
-        own.append([t for t, j in zip(stamps, role) if j is None])
-        for t, j in zip(stamps, role):
-            if j is not None:
-                posted[i, j] = t
+        own.append([t for t, slots in zip(stamps, role) if slots is None])
+        for t, slots in zip(stamps, role):
+            if slots is not None:
+                posted[i, slots] = t
     start = np.maximum(posted[cls[src], at_src], posted[cls[dst], at_dst])
     lat, busy = (np.asarray(messages[x], dtype=float) for x in (2, 3))
     theirs = np.full((3, count, places), np.nan)       # start, latency, busy seconds
@@ -177,6 +184,9 @@ def replay(run: Run, programs, messages, begin, cls):
     return np.asarray(finish)[cls], [own[i] for i in cls.tolist()]
 
 
+# The actions that post messages, and the side of each of their messages (0 sends, 1
+# receives).  (An exchange, both, would go the same way; no replay by class has one.)
+_SIDES = {fast_queues.SEND: (0,), fast_queues.RECV: (1,)}
 # The actions besides messages a replayed rank's program may hold.
 _TAKEN = frozenset((fast_queues.MARK, fast_queues.WAIT, fast_queues.ENTER, fast_queues.EXIT,
                     fast_queues.COMPUTE, fast_queues.GLOO))

@@ -765,21 +765,23 @@ class Schedule:
         run.nic_sent[self._flat] += nbytes * self.nic_sent.reshape(-1)
         run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
 
-    def replayed(self, nbytes: float, messages):
+    def replayed(self, nbytes: float, messages, phases=None):
         """One more collective of ``nbytes`` for a replay of several: its messages appended
         to ``messages`` (seven lists, as ``program`` gives them), its bytes counted; per
-        position, its actions."""
-        steps, mine = self.program(nbytes, len(messages[0]))
+        position, its actions.  ``phases``: its steps appended, as ``program`` gives them."""
+        steps, mine = self.program(nbytes, len(messages[0]), phases)
         for column, more in zip(messages, mine):
             column += more
         self.account(nbytes)
         return steps
 
-    def program(self, nbytes: float, first: int = 0):
+    def program(self, nbytes: float, first: int = 0, phases=None):
         """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
         of the block (row-major), its actions (sends, receives, exchanges, reductions); and
         its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host,
-        bytes) lists, src and dst as indices into the run's ranks, hosts -1 inside a host."""
+        bytes) lists, src and dst as indices into the run's ranks, hosts -1 inside a host.
+        ``phases``: a list to which each step is appended, ("messages", first id, end id) or
+        ("work", seconds per rank of the run) (``fast_classes.classes``)."""
         run, idx = self._run, self.idx
         rows, width = idx.shape
         programs = [[] for _ in range(rows * width)]
@@ -791,6 +793,10 @@ class Schedule:
             if kind == _GLOO:
                 for k in flat[:, cols].ravel().tolist():
                     programs[k].append((fast_queues.GLOO, work * nbytes))
+                if phases is not None:
+                    seconds = np.zeros(run.ranks.size)
+                    seconds[idx[:, cols]] = work * nbytes
+                    phases.append(("work", seconds))
                 continue
             to = np.arange(width)[dst] if kind == _SEND else cols[dst]
             s, d = flat[:, cols], flat[:, to]
@@ -801,6 +807,12 @@ class Schedule:
             messages.append((idx[:, cols], idx[:, to], np.broadcast_to(lat, s.shape),
                              np.broadcast_to(mult * nbytes * per_byte, s.shape), hs, hd,
                              np.broadcast_to(mult * nbytes, s.shape)))
+            if phases is not None:
+                phases.append(("messages", count, count + s.size))
+                if work:                   # the receivers' reductions
+                    seconds = np.zeros(run.ranks.size)
+                    seconds[idx[:, to] if kind == _SEND else idx[:, cols]] = work * nbytes
+                    phases.append(("work", seconds))
             count += s.size
             after = (fast_queues.GLOO, work * nbytes)
             if kind == _SEND:
