@@ -1425,13 +1425,15 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
     messages = [[] for _ in range(7)]
-    phases = []                         # its steps in order, for ``fast_classes``
+    by_class = by_class and fast_classes.covers(run)
+    phases = [] if by_class else None   # its steps in order, for ``fast_classes``
 
     if begin is None:
         programs, begin, _ = _compute_programs(run, False, messages, False, None)
         for program, f in zip(programs, run.factor):
             program.append((fast_queues.COMPUTE, costs.backward_s * f))
-        phases.append(("work", run.factor))            # (generic: its compute)
+        if by_class:
+            phases.append(("work", run.factor))        # (generic: its compute)
     else:
         programs = [[] for _ in range(run.ranks.size)]
     last = tensors.indices(len(costs.param_bytes))[1] == len(costs.param_bytes)
@@ -1448,7 +1450,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     for k, program in enumerate(programs):
         program += [(fast_queues.MARK,),
                     (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k] if last else 0.0)]
-    if by_class and fast_classes.covers(run):
+    if by_class:
         cls = fast_classes.classes(begin, run.factor, messages, phases)
         try:
             ends, marks = fast_classes.replay(run, programs, messages, begin, cls)
