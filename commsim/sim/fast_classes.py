@@ -96,8 +96,7 @@ def replay(run: Run, programs, messages, begin, cls):
     src, dst = np.asarray(messages[0]), np.asarray(messages[1])
     count = int(cls.max()) + 1
     replayed = np.unique(cls, return_index=True)[1]        # the first rank of each class
-    carrier = replayed[cls]                                  # per rank, who stands for it
-    process = np.full(n, -1)
+    process = np.full(n, -1)                                 # (class i's is process i)
     process[replayed] = np.arange(count)
 
     # Each message's place among its sender's messages and among its receiver's (programs
@@ -146,8 +145,8 @@ def replay(run: Run, programs, messages, begin, cls):
         bodies.append(body)
         roles.append(role)
     columns = [[column[m] for m in mine] for column in messages]
-    columns[0] = [process[carrier[k]] for k in columns[0]]   # (its class's CPU: the pool)
-    columns[1] = [process[carrier[k]] for k in columns[1]]
+    columns[0] = [cls[k] for k in columns[0]]     # its class's process (its CPU: the pool)
+    columns[1] = [cls[k] for k in columns[1]]
 
     cpus = fast_queues.SharedCpus([0] * count, c.shared_cpu_cores, costs.threads_per_rank,
                                   c.cpu_efficiency, costs,
