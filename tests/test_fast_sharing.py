@@ -181,8 +181,9 @@ def test_parameter_server_in_one_pool_with_the_bundled_profile():
                          ids=["straggler", "root and another", "slow link", "local steps"])
 def test_parameter_server_in_one_pool_out_of_step(profile, hosts, local, uneven):
     """Uneven ranks on one pool: only the first tensor's gather meets a late rank's backward;
-    the fast engine replays the compute and that tensor, and from its mean on (the root's
-    mean the one job until the last scatter) takes the recurrences, as the DES times them."""
+    the fast engine takes the compute and that gather by classes of ranks and message by
+    message, and from its mean on (the root's mean the one job until the last scatter) the
+    recurrences, as the DES times them."""
     chosen = profile_named(profile)
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, shared_cpu_cores=2,
                   **uneven)
@@ -238,12 +239,92 @@ def test_parameter_server_on_crowded_hosts_out_of_step(profile, hosts, local, co
                                                        uneven):
     """Uneven ranks on hosts short of cores: past the first tensor's mean only the root's
     mean runs until the last scatter, as on a pool (``_quiet_after_first_tensor``); the
-    first tensor is replayed, the rest taken by the recurrences (binomial: the schedules,
-    the last tensor replayed), as the DES times them."""
+    compute and the first gather taken CPU by CPU and message by message (binomial: the
+    first tensor replayed), the rest by the recurrences (binomial: the schedules, the last
+    tensor replayed; three ranks a host: every tensor replayed), as the DES times them."""
     chosen = profile_named(profile)
     kw = dict(uneven) if algorithm is None else dict(uneven, algorithm=algorithm)
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local,
                   cores_per_host=cores * local, **kw)
+    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
+                      predict(chosen, "ps", hosts, sc, engine="fast"))
+
+
+# (what each case shows: a change to ``fast._first_gather_shared`` that it caught)
+FIRST_GATHERS = [
+    ("hosts queue", 4, 3, dict(shared_cpu_cores=2),
+     dict(stragglers={6: 1.1, 7: 1.2}, slow_links_Bps={2: 10e6}), True),
+    ("root's host busy", 5, 2, dict(cores_per_host=1.0),
+     dict(stragglers={1: 1.03}, slow_links_Bps={2: 60e6}), True),
+    ("sender's host busy", 4, 2, dict(cores_per_host=2.0),
+     dict(stragglers={2: 1.03, 3: 1.2, 0: 1.2}), True),
+    ("next asks when its host is free", 4, 2, dict(shared_cpu_cores=2),
+     dict(stragglers={4: 1.04, 5: 1.04, 1: 1.3}, slow_links_Bps={2: 10e6}), True),
+    ("early before late", 6, 3, dict(shared_cpu_cores=2),
+     dict(stragglers={10: 0.95, 12: 0.95, 3: 1.03}, slow_links_Bps={2: 20e6}), True),
+    ("classes tie", 6, 2, dict(cores_per_host=1.5), dict(stragglers={2: 1.03, 10: 0.9}), False),
+    ("classes tie, slow link", 3, 2, dict(cores_per_host=2.0),
+     dict(stragglers={2: 1.07}, slow_links_Bps={2: 20e6}), False),
+    ("another class ties with the root", 4, 2, dict(cores_per_host=1.0),
+     dict(stragglers={1: 1.2, 6: 0.97}, slow_links_Bps={3: 10e6}), False),
+]
+
+
+@pytest.mark.parametrize("name, hosts, local, cpu, uneven, fast_path", FIRST_GATHERS,
+                         ids=[case[0] for case in FIRST_GATHERS])
+def test_parameter_server_first_gather_on_shared_cpus(monkeypatch, name, hosts, local, cpu,
+                                                      uneven, fast_path):
+    """Linear ps out of step on shared CPUs, several ranks a host: the first gather's
+    messages queue on their hosts' transmit directions and the root's receive direction,
+    held to the contended bandwidth at either end's load when each starts
+    (``fast._first_gather_shared``); where ranks of different classes post at one instant
+    (simpy's event order decides theirs) the first tensor is replayed.  The DES's times."""
+    from commsim.sim import fast as engine
+
+    took = []
+    first_gather = engine._first_gather_shared
+
+    def recorded(*args):
+        try:
+            out = first_gather(*args)
+        except engine.NotExact:
+            took.append(False)
+            raise
+        took.append(True)
+        return out
+
+    monkeypatch.setattr(engine, "_first_gather_shared", recorded)
+    sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, **cpu, **uneven)
+    chosen = profile_named("contended")
+    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
+                      predict(chosen, "ps", hosts, sc, engine="fast"))
+    assert took == [fast_path]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(["plain", "contended", "bundled"]),
+       hosts=st.integers(2, 6), local=st.integers(1, 3),
+       cpu=st.sampled_from([dict(shared_cpu_cores=1), dict(shared_cpu_cores=2),
+                            dict(cores_per_host=1.0), dict(cores_per_host=1.5),
+                            dict(cores_per_host=2.0)]),
+       factors=st.lists(st.tuples(st.integers(0, 17), st.sampled_from(
+           [0.9, 0.95, 1.03, 1.05, 1.1, 1.2, 1.5, 2.0])), min_size=1, max_size=3),
+       links=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(
+           [10e6, 20e6, 60e6, 100e6])), max_size=2),
+       local_steps=st.booleans())
+def test_parameter_server_out_of_step_on_shared_cpus_matches_the_des(
+        profile, hosts, local, cpu, factors, links, local_steps):
+    """Random stragglers and slow links, linear ps on one pool or on hosts short of cores:
+    the DES's times, whichever way the fast engine takes (``_first_gather_shared``, or the
+    replay)."""
+    p = hosts * local
+    if "cores_per_host" in cpu and local > 2:
+        cpu = dict(shared_cpu_cores=2)
+    sc = Scenario(global_batch=64 * p, ranks_per_host=local, **cpu,
+                  stragglers={r % p: f for r, f in factors},
+                  slow_links_Bps={h % hosts: bw for h, bw in links},
+                  sync_every=2 if local_steps else 1)
+    chosen = profile_named(profile)
     assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
                       predict(chosen, "ps", hosts, sc, engine="fast"))
 

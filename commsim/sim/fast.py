@@ -53,11 +53,13 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    O(p log p) per tensor.  With every rank on one pool of cores, the ranks that have their
    share of the last scatter step while the root still sends, loading the pool under its
    later messages: an event loop over starts, deliveries and steps (``_last_scatter_in_pool``).
-   Out of step on a pool (stragglers), linear ps's first gather is the only other place
-   compute meets a message: the classes of ranks of one compute factor, an event per class's
-   job end, and the messages in match order at the load when each starts
-   (``_first_gather_in_pool``; with several ranks per host, a replay of the first tensor);
-   from its mean on, the recurrences.  Binomial ps on one pool: the schedules from the first
+   Out of step on shared CPUs (stragglers on a pool, or on hosts short of cores), linear
+   ps's first gather is the only other place compute meets a message: per CPU, the classes
+   of ranks of one compute factor, an event per class's job end; and the messages in match
+   order, a host's one after another on its transmit direction, at the busier end's load
+   when each starts (``_first_gather_shared``; where ranks of different classes post at one
+   instant, simpy's order decides theirs, and the first tensor is replayed); from its mean
+   on, the recurrences.  Binomial ps on one pool: the schedules from the first
    tensor's mean to the last gather; the last scatter, whose ranks step on the pool as they
    get their shares, and with stragglers the compute and first tensor, replayed by classes of
    ranks acting together (``fast_classes``).  dp on a pool is an event loop over device 0's
@@ -149,6 +151,9 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return None     # every rank alike (one rank's events), or the DES's CPUs replayed
     return reason
 
+
+# Two instants closer than this (relative) may be one in the DES: float rounding.
+_TIE_RTOL = 1e-12
 
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
 # beyond, ``--engine auto`` runs the DES, which keeps none.
@@ -869,10 +874,10 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
             return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
         # Only the first tensor's gather can meet compute (a late rank's backward); from its
         # mean on nothing computes until the last scatter: the recurrences below, exact.
-        if c.ranks_per_host == 1 and c.shared_cpu_cores is not None:
-            entered, compute, gathered = _first_gather_in_pool(spec, costs)
+        try:
+            entered, compute, gathered = _first_gather_shared(spec, costs)
             compute = compute + optimizer
-        else:
+        except NotExact:        # (simpy's order decides between ranks that post together)
             t, first = _linear_ps_replayed(run, tensors=1), 1
             entered = t - run.comm_s
             compute = run.compute_s + optimizer
@@ -1032,44 +1037,135 @@ def _quiet_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
             and costs.compute_speed(0.0) == 1.0)
 
 
-def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
-    """Linear ps out of step on one pool, one rank per host: the ranks' compute and the first
-    tensor's gather.  Per rank, when it entered the gather and its seconds of compute; and
-    when the root has every message.
+def _first_gather_shared(spec: RunSpec, costs: CostInputs):
+    """Linear ps out of step on shared CPUs (one pool of cores, or hosts whose ranks share
+    theirs): the ranks' compute and the first tensor's gather.  Per rank, when it entered the
+    gather and its seconds of compute; and when the root has every message.
 
-    Ranks of one compute factor are a class: their equal jobs start together and end
-    together.  Steps:
-    1. the classes' jobs (forward and backward, per local step) on the pool, an event per
-       class's job end: every job runs at ``job_rate`` of the busy threads, slowed by the
-       calibrated compute speed once a class is inside the gather; a class that ends its
-       backward enters the gather (its threads leave, its ranks talk).  The load, compute
-       threads per core, changes at these events only: messages do not change it;
-    2. the messages queue on the root's receive direction in match order: a rank's send
-       matches when it and the root have posted (the root posts at its own class's entry, in
-       rank order, before its class-mates, which post at the same instant); each holds it
-       for its bytes at the slower of its link and the contended bandwidth at the load when
-       it starts (``SharedCpus.message_s``)."""
+    Steps:
+    1. the compute, CPU by CPU (``_until_gather``): on one pool the classes of ranks of one
+       compute factor; on hosts, each kind of host (its ranks' factors) once;
+    2. the messages to the root: one from a rank beside it on its host takes the host's
+       loopback, no NIC; the others request their host's transmit direction in match order
+       (a rank's send matches when it and the root have posted; the root posts at its entry,
+       in rank order, before the ranks that post at that instant after it) and, once it is
+       theirs, the root's receive direction, which they hold together for the bytes at the
+       slower of the link and the contended bandwidth at the busier end's load when the
+       message starts (``engine.Network._transfer``).  So a host's ranks reach the root one
+       after another: its next message asks for the receive direction when the one before
+       it is over.  An event per message, in the order the receive direction takes them:
+       O(p log p)."""
     import bisect
+    import heapq
 
     c = spec.cluster
     p = spec.world_size
-    cores, threads = c.shared_cpu_cores, costs.threads_per_rank
-    factors, cls = np.unique(_factors(spec), return_inverse=True)
-    size = np.bincount(cls).tolist()
+    rph = c.ranks_per_host
+    factor = _factors(spec)
+    entered, compute, label = np.empty(p), np.empty(p), np.empty(p, dtype=np.int64)
+    if c.shared_cpu_cores is not None:
+        factors, cls = np.unique(factor, return_inverse=True)
+        ends, seconds, timeline = _until_gather(spec, costs, c.shared_cpu_cores, factors,
+                                                np.bincount(cls).tolist())
+        entered[:], compute[:], label[:] = ends[cls], seconds[cls], cls
+        cpu, timelines = np.zeros(p // rph, dtype=np.int64), [timeline]
+    else:
+        kinds, cpu = np.unique(factor.reshape(-1, rph), axis=0, return_inverse=True)
+        cpu = cpu.ravel()
+        timelines = []
+        for kind, row in enumerate(kinds):
+            factors, cls = np.unique(row, return_inverse=True)
+            ends, seconds, timeline = _until_gather(spec, costs, c.cores_per_host, factors,
+                                                    np.bincount(cls).tolist())
+            mine = np.flatnonzero(cpu == kind)[:, None] * rph + np.arange(rph)
+            entered[mine], compute[mine], label[mine] = ends[cls], seconds[cls], kind * rph + cls
+            timelines.append(timeline)
+
+    def capped_Bps(kind: int, at: float) -> float:
+        times, loads = timelines[kind]
+        return costs.contended_Bps(loads[bisect.bisect_right(times, at) - 1])
+
+    post = entered + costs.overhead("gather")
+    root = post[0]
+    tol = _TIE_RTOL * max(1.0, float(np.abs(post).max()))
+    late = post[1:] >= root - tol                      # posted with or after the root
+    # Ranks that post at one instant reach the root in simpy's event order: rank order among
+    # ranks of one class on alike CPUs (they started their jobs in that order and keep it),
+    # but across classes the order their CPUs' timers were set in, which this does not
+    # follow; nor whether ranks of another class than the root's that post with it do so
+    # before it (the root matches them with the earlier ones, in rank order) or after.
+    # There the first tensor is replayed.
+    at = np.flatnonzero(late) + 1
+    at = at[np.argsort(post[at], kind="stable")]
+    tied = np.diff(post[at]) <= tol
+    with_root = at[np.abs(post[at] - root) <= tol]
+    if np.any(tied & (label[at][1:] != label[at][:-1])) or (
+            np.any(label[with_root] != label[0]) and not late.all()):
+        raise NotExact("ranks of different classes post to the root at one instant")
+    others = np.arange(1, p)
+    match = np.maximum(post[1:], root)
+    late = late.astype(int)
+    nbytes = float(costs.param_bytes[0])
+    intra_lat, intra_bw = intra_link(c)
+    delivered = match + intra_lat + nbytes / intra_bw   # (beside the root: its loopback)
+    host = (others // rph).tolist()
+    busy_s = (nbytes * _root_s_per_B(spec, costs, "gather")).tolist()
+    match, cpu = match.tolist(), cpu.tolist()
+    requests, behind = [], {}                          # (time, order, i); host -> later ones
+    for order, i in enumerate(np.lexsort((others, late, match)).tolist()):
+        h = host[i]
+        if h == 0:
+            continue
+        if h in behind:
+            behind[h].append(i)
+        else:
+            behind[h] = []
+            requests.append((match[i], order, i))
+    behind = {h: iter(later) for h, later in behind.items()}
+    heapq.heapify(requests)
+    order, free = p, -np.inf
+    while requests:
+        asked, _, i = heapq.heappop(requests)
+        start = max(free, asked)
+        seconds = busy_s[i]
+        if costs.contention:
+            seconds = max(seconds, nbytes / min(capped_Bps(cpu[host[i]], start),
+                                                capped_Bps(cpu[0], start)))
+        free = start + seconds
+        delivered[i] = free + c.nic_latency_s
+        j = next(behind[host[i]], None)
+        if j is not None:                              # its host's transmit side is free
+            heapq.heappush(requests, (max(match[j], free), order, j))
+            order += 1
+    return entered, compute, float(delivered.max())
+
+
+def _until_gather(spec: RunSpec, costs: CostInputs, cores: float, factors, sizes):
+    """The ranks of one CPU (``cores``) from the start of the iteration to their first
+    gather: classes of ``sizes`` ranks of compute factor ``factors`` each, whose equal jobs
+    start together and end together.  Per class, when it entered the gather and its seconds
+    of compute (arrays); and the CPU's load as (times, loads), each load holding from its
+    time on.
+
+    An event per class's job end: every job runs at ``job_rate`` of the busy threads, slowed
+    by the calibrated compute speed once a class is inside the gather; a class that ends its
+    backward enters the gather (its threads leave, its ranks talk).  The load, compute
+    threads per core, changes at these events only: messages do not change it."""
+    threads = costs.threads_per_rank
     work = [w for w in (costs.forward_s, costs.backward_s) * spec.sync_every if w > 0]
-    n_cls = len(size)
+    n_cls = len(sizes)
     step = [0] * n_cls
     left = [work[0] * f for f in factors.tolist()] if work else []
     started = [0.0] * n_cls
     compute = [0.0] * n_cls
     entered = [0.0] * n_cls
     active = list(range(n_cls)) if work else []
-    busy, talking, now = float(threads * p), 0, 0.0
+    busy, talking, now = float(threads * sum(sizes)), 0, 0.0
     times, loads = [0.0], [cpu_load(cores, busy, talking)]
     while active:
         load = loads[-1]
         speed = costs.compute_speed(load) if talking and costs.contention else 1.0
-        rate = job_rate(cores, busy, c.cpu_efficiency, speed)
+        rate = job_rate(cores, busy, spec.cluster.cpu_efficiency, speed)
         dt = min(left[k] for k in active) / rate
         now += dt
         for k in active:
@@ -1082,30 +1178,12 @@ def _first_gather_in_pool(spec: RunSpec, costs: CostInputs):
                 left[k], started[k] = work[step[k]] * factors[k], now
                 continue
             active.remove(k)
-            busy -= threads * size[k]
-            talking += size[k]
+            busy -= threads * sizes[k]
+            talking += sizes[k]
             entered[k] = now
         times.append(now)
         loads.append(cpu_load(cores, busy, talking))
-    entered = np.array(entered)[cls]
-    post = entered + costs.overhead("gather")
-    root = post[0]
-    others = np.arange(1, p)
-    match = np.maximum(post[1:], root)
-    late = (post[1:] >= root).astype(int)           # posted with or after the root
-    order = np.lexsort((others, late, match)).tolist()
-    nbytes = float(costs.param_bytes[0])
-    busy_s = (nbytes * _root_s_per_B(spec, costs, "gather")).tolist()
-    match = match.tolist()
-    end = -np.inf
-    for i in order:
-        start = max(match[i], end)
-        seconds = busy_s[i]
-        if costs.contention:
-            load = loads[bisect.bisect_right(times, start) - 1]
-            seconds = max(seconds, nbytes / costs.contended_Bps(load))
-        end = start + seconds
-    return entered, np.array(compute)[cls], end + c.nic_latency_s
+    return np.array(entered), np.array(compute), (times, loads)
 
 
 def _linear_ps_replayed(run: Run, tensors: int | None = None):
