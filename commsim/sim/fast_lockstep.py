@@ -368,8 +368,11 @@ class _Lockstep:
         # Messages between classes: (message, class) -> [process, pairs left, deliveries].
         self.posts: dict = {}
         self._tallies: dict = {}                  # cpu -> ``_tally``, until it changes
+        self._caps: dict = {}                     # cpu -> its contended bandwidth, likewise
+        self._speeds: dict = {}                   # cpu -> ``_rate_of``, likewise
         n = len(self.weights)
         self.depth = [0] * n                      # nested collectives a class's rank is inside
+        self._talking = [0] * (max(self.cpu) + 1 if n else 0)    # cpu -> ranks inside one
         self.order = 0
         self.compute_s = [0.0] * n
         self.comm_s = [0.0] * n
@@ -408,29 +411,43 @@ class _Lockstep:
             tally = self._tallies[cpu] = self._count(cpu)
         return tally
 
+    def _changed(self) -> None:
+        """A job started or ended, or a class entered or left its collectives."""
+        self._tallies.clear()
+        self._caps.clear()
+        self._speeds.clear()
+
+    def _cap_of(self, cpu: int) -> float:
+        """The contended bandwidth at ``cpu``'s load (kept until it changes: every message
+        asks)."""
+        cap = self._caps.get(cpu)
+        if cap is None:
+            cap = self._caps[cpu] = self.costs.contended_Bps(self.cpu_load_of(cpu))
+        return cap
+
     def _count(self, cpu: int):
-        busy = computing = talking = 0.0
+        busy = computing = 0.0
         for k, job in self.jobs.items():
             c = self.cls[k]
             if self.cpu[c] == cpu:
                 busy += self.weights[c] * job[1]
                 if job[2]:
                     computing += self.weights[c] * job[1]
-        for c, w in enumerate(self.weights):
-            if self.cpu[c] == cpu and self.depth[c] > 0:
-                talking += w
-        return busy, computing, talking
+        return busy, computing, self._talking[cpu]
 
     def cpu_load_of(self, cpu: int) -> float:
         _, computing, talking = self._tally(cpu)
         return cpu_load(self.cores, computing, talking)
 
     def _rate_of(self, cpu: int) -> float:
-        """``ProcessorSharingCPU._rate`` of ``cpu`` now."""
-        busy, computing, talking = self._tally(cpu)
-        speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking)) \
-            if talking and self.contention else 1.0
-        return job_rate(self.cores, busy, self.efficiency, speed)
+        """``ProcessorSharingCPU._rate`` of ``cpu`` now (kept until it changes)."""
+        rate = self._speeds.get(cpu)
+        if rate is None:
+            busy, computing, talking = self._tally(cpu)
+            speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking)) \
+                if talking and self.contention else 1.0
+            rate = self._speeds[cpu] = job_rate(self.cores, busy, self.efficiency, speed)
+        return rate
 
     def _rates(self) -> dict:
         return {cpu: self._rate_of(cpu) for cpu in {self.cpu[self.cls[k]] for k in self.jobs}}
@@ -470,8 +487,7 @@ class _Lockstep:
         if self.bandwidth is not None:
             per_byte = self.wire / min(self.bandwidth[a], self.bandwidth[b])
         if self.capped:
-            cap = min(self.costs.contended_Bps(self.cpu_load_of(self.cpu[a])),
-                      self.costs.contended_Bps(self.cpu_load_of(self.cpu[b])))
+            cap = min(self._cap_of(self.cpu[a]), self._cap_of(self.cpu[b]))
             per_byte = max(per_byte, 1.0 / cap)
         return self.now + nbytes * per_byte + self.latency_s
 
@@ -481,14 +497,16 @@ class _Lockstep:
         self._advance(self.now)
         if self.depth[c] == 0:
             self._since[c] = self.now
+            self._talking[self.cpu[c]] += self.weights[c]
+            self._changed()
         self.depth[c] += 1
-        self._tallies.clear()
 
     def exit(self, c: int = 0) -> None:
         self.depth[c] -= 1
-        self._tallies.clear()
         if self.depth[c] == 0:
             self.comm_s[c] += self.now - self._since[c]
+            self._talking[self.cpu[c]] -= self.weights[c]
+            self._changed()
 
     def steps(self, count: int, nbytes: float, work: float):
         """``count`` equal steps (a message each way, then ``work`` on the Gloo thread), those
@@ -611,7 +629,7 @@ class _Lockstep:
                     return
                 self._advance(self.now)
                 self.jobs[k] = [work, threads, compute, self.now]
-                self._tallies.clear()
+                self._changed()
                 return
             if kind == "wait":
                 if action[1] > 0:
@@ -659,7 +677,7 @@ class _Lockstep:
                 on_cpu = {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
                 for k in finished(on_cpu):
                     job = self.jobs.pop(k)
-                    self._tallies.clear()
+                    self._changed()
                     if job[2]:
                         self.compute_s[self.cls[k]] += self.now - job[3]
                     self.ready.append(k)
