@@ -342,6 +342,7 @@ class _Lockstep:
         # where each rank has a host of its own).
         self.weights = list(weights) if weights is not None else [m]
         self.cpu = list(range(len(self.weights))) if own_cpus else [0] * len(self.weights)
+        self.one_cpu = max(self.cpu, default=0) == 0
         self.efficiency = c.cpu_efficiency
         self.threads = costs.threads_per_rank
         self.contention = bool(costs.contention)
@@ -450,6 +451,8 @@ class _Lockstep:
         return rate
 
     def _rates(self) -> dict:
+        if self.one_cpu:
+            return {0: self._rate_of(0)}
         return {cpu: self._rate_of(cpu) for cpu in {self.cpu[self.cls[k]] for k in self.jobs}}
 
     def _advance(self, t: float) -> None:
@@ -655,7 +658,10 @@ class _Lockstep:
             while self.ready:
                 self._resume(self.ready.popleft())
             due_job = due_cpus = None
-            if self.jobs:
+            if self.jobs and self.one_cpu:      # (every job at one speed: the least work first)
+                due_job = self.now + min(job[0] for job in self.jobs.values()) / self._rate_of(0)
+                due_cpus = (0,)
+            elif self.jobs:
                 rates = self._rates()
                 due = {}
                 for k, job in self.jobs.items():
@@ -674,7 +680,8 @@ class _Lockstep:
                 continue
             self._advance(due_job)
             for cpu in sorted(due_cpus):
-                on_cpu = {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
+                on_cpu = self.jobs if self.one_cpu else \
+                    {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
                 for k in finished(on_cpu):
                     job = self.jobs.pop(k)
                     self._changed()
