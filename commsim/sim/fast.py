@@ -152,9 +152,6 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
     return reason
 
 
-# Two instants closer than this (relative) may be one in the DES: float rounding.
-_TIE_RTOL = 1e-12
-
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
 # beyond, ``--engine auto`` runs the DES, which keeps none.
 _REPLAY_MESSAGES = 1_000_000
@@ -1087,7 +1084,7 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
 
     post = entered + costs.overhead("gather")
     root = post[0]
-    tol = _TIE_RTOL * max(1.0, float(np.abs(post).max()))
+    tol = fast_queues.TOUCH_RTOL * max(1.0, float(np.abs(post).max()))
     late = post[1:] >= root - tol                      # posted with or after the root
     # Ranks that post at one instant reach the root in simpy's event order: rank order among
     # ranks of one class on alike CPUs (they started their jobs in that order and keep it),

@@ -34,7 +34,7 @@ import numpy as np
 from commsim.costs import cpu_load, job_rate
 
 # Two times closer than this (relative to the clock) are one instant: float rounding.
-_TOUCH_RTOL = 1e-12
+TOUCH_RTOL = 1e-12
 
 MEET = ("messages meet on a NIC direction at one instant, and the DES queues them in the "
         "order its event history gives them")
@@ -73,7 +73,7 @@ class NicState:
         if begin.size == 0:
             return True
         scale = max(1.0, float(np.abs(end).max()))
-        tol = _TOUCH_RTOL * scale
+        tol = TOUCH_RTOL * scale
         for hosts, free in zip((hs, hd), self.free):
             if np.any(begin < free[hosts] - tol):
                 return False
@@ -330,7 +330,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def request(d, h, m, t):
         earlier = float(busy_before[d][1][h])
-        if earlier > -np.inf and t < earlier - _TOUCH_RTOL * max(1.0, abs(t)):
+        if earlier > -np.inf and t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
             refuse("a message would take a NIC direction ahead of an earlier collective's, "
                    "which the DES serves in request order")
         direction = directions[d][h]
