@@ -253,52 +253,60 @@ def test_parameter_server_on_crowded_hosts_out_of_step(profile, hosts, local, co
 # (what each case shows: a change to ``fast._first_gather_shared`` that it caught)
 FIRST_GATHERS = [
     ("hosts queue", 4, 3, dict(shared_cpu_cores=2),
-     dict(stragglers={6: 1.1, 7: 1.2}, slow_links_Bps={2: 10e6}), True),
+     dict(stragglers={6: 1.1, 7: 1.2}, slow_links_Bps={2: 10e6})),
     ("root's host busy", 5, 2, dict(cores_per_host=1.0),
-     dict(stragglers={1: 1.03}, slow_links_Bps={2: 60e6}), True),
+     dict(stragglers={1: 1.03}, slow_links_Bps={2: 60e6})),
     ("sender's host busy", 4, 2, dict(cores_per_host=2.0),
-     dict(stragglers={2: 1.03, 3: 1.2, 0: 1.2}), True),
+     dict(stragglers={2: 1.03, 3: 1.2, 0: 1.2})),
     ("next asks when its host is free", 4, 2, dict(shared_cpu_cores=2),
-     dict(stragglers={4: 1.04, 5: 1.04, 1: 1.3}, slow_links_Bps={2: 10e6}), True),
+     dict(stragglers={4: 1.04, 5: 1.04, 1: 1.3}, slow_links_Bps={2: 10e6})),
     ("early before late", 6, 3, dict(shared_cpu_cores=2),
-     dict(stragglers={10: 0.95, 12: 0.95, 3: 1.03}, slow_links_Bps={2: 20e6}), True),
-    ("classes tie", 6, 2, dict(cores_per_host=1.5), dict(stragglers={2: 1.03, 10: 0.9}), False),
-    ("classes tie, slow link", 3, 2, dict(cores_per_host=2.0),
-     dict(stragglers={2: 1.07}, slow_links_Bps={2: 20e6}), False),
-    ("another class ties with the root", 4, 2, dict(cores_per_host=1.0),
-     dict(stragglers={1: 1.2, 6: 0.97}, slow_links_Bps={3: 10e6}), False),
+     dict(stragglers={10: 0.95, 12: 0.95, 3: 1.03}, slow_links_Bps={2: 20e6})),
+    ("kinds of hosts tie", 6, 2, dict(cores_per_host=1.5), dict(stragglers={2: 1.03, 10: 0.9})),
+    ("kinds of hosts tie, slow link", 3, 2, dict(cores_per_host=2.0),
+     dict(stragglers={2: 1.07}, slow_links_Bps={2: 20e6})),
+    ("another kind ties with the root", 4, 2, dict(cores_per_host=1.0),
+     dict(stragglers={1: 1.2, 6: 0.97}, slow_links_Bps={3: 10e6})),
 ]
 
 
-@pytest.mark.parametrize("name, hosts, local, cpu, uneven, fast_path", FIRST_GATHERS,
-                         ids=[case[0] for case in FIRST_GATHERS])
-def test_parameter_server_first_gather_on_shared_cpus(monkeypatch, name, hosts, local, cpu,
-                                                      uneven, fast_path):
-    """Linear ps out of step on shared CPUs, several ranks a host: the first gather's
-    messages queue on their hosts' transmit directions and the root's receive direction,
-    held to the contended bandwidth at either end's load when each starts
-    (``fast._first_gather_shared``); where ranks of different classes post at one instant
-    (simpy's event order decides theirs) the first tensor is replayed.  The DES's times."""
+def _first_gathers(monkeypatch, fail: bool = False) -> list:
+    """Whether each call of ``fast._first_gather_shared`` went through (``fail``: each is
+    made to decline, as where ranks of two classes of one CPU post at one instant)."""
     from commsim.sim import fast as engine
 
     took = []
     first_gather = engine._first_gather_shared
 
     def recorded(*args):
-        try:
-            out = first_gather(*args)
-        except engine.NotExact:
+        if fail:
             took.append(False)
-            raise
+            raise engine.NotExact("ranks of different classes post to the root at one instant")
         took.append(True)
-        return out
+        return first_gather(*args)
 
     monkeypatch.setattr(engine, "_first_gather_shared", recorded)
+    return took
+
+
+@pytest.mark.parametrize("name, hosts, local, cpu, uneven", FIRST_GATHERS,
+                         ids=[case[0] for case in FIRST_GATHERS])
+def test_parameter_server_first_gather_on_shared_cpus(monkeypatch, name, hosts, local, cpu,
+                                                      uneven):
+    """Linear ps out of step on shared CPUs, several ranks a host: the first gather's
+    messages queue on their hosts' transmit directions and the root's receive direction,
+    held to the contended bandwidth at either end's load when each starts, ranks that post
+    at one instant in the order their CPUs' timers were set (``fast._first_gather_shared``).
+    The DES's times, and the replay of the first tensor where that declines."""
     sc = Scenario(global_batch=64 * hosts * local, ranks_per_host=local, **cpu, **uneven)
     chosen = profile_named("contended")
-    assert_same_times(predict(chosen, "ps", hosts, sc, engine="des"),
-                      predict(chosen, "ps", hosts, sc, engine="fast"))
-    assert took == [fast_path]
+    des = predict(chosen, "ps", hosts, sc, engine="des")
+    took = _first_gathers(monkeypatch)
+    assert_same_times(des, predict(chosen, "ps", hosts, sc, engine="fast"))
+    assert took == [True]
+    took = _first_gathers(monkeypatch, fail=True)
+    assert_same_times(des, predict(chosen, "ps", hosts, sc, engine="fast"))
+    assert took == [False]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

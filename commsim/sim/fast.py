@@ -57,9 +57,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    ps's first gather is the only other place compute meets a message: per CPU, the classes
    of ranks of one compute factor, an event per class's job end; and the messages in match
    order, a host's one after another on its transmit direction, at the busier end's load
-   when each starts (``_first_gather_shared``; where ranks of different classes post at one
-   instant, simpy's order decides theirs, and the first tensor is replayed); from its mean
-   on, the recurrences.  Binomial ps on one pool: the schedules from the first
+   when each starts, ranks that post at one instant in the order their CPUs' timers were set
+   (``_first_gather_shared``; where that does not tell, two classes of one CPU, the first
+   tensor is replayed); from its mean on, the recurrences.  Binomial ps on one pool: the schedules from the first
    tensor's mean to the last gather; the last scatter, whose ranks step on the pool as they
    get their shares, and with stragglers the compute and first tensor, replayed by classes of
    ranks acting together (``fast_classes``).  dp on a pool is an event loop over device 0's
@@ -1050,8 +1050,9 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
        slower of the link and the contended bandwidth at the busier end's load when the
        message starts (``engine.Network._transfer``).  So a host's ranks reach the root one
        after another: its next message asks for the receive direction when the one before
-       it is over.  An event per message, in the order the receive direction takes them:
-       O(p log p)."""
+       it is over.  Ranks that post at one instant do so in simpy's event order, which the
+       instants their CPUs' timers were set give (``_set_before``).  An event per message,
+       in the order the receive direction takes them: O(p log p)."""
     import bisect
     import heapq
 
@@ -1060,12 +1061,15 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
     rph = c.ranks_per_host
     factor = _factors(spec)
     entered, compute, label = np.empty(p), np.empty(p), np.empty(p, dtype=np.int64)
+    history = {}       # label -> when its CPU's timer was set before its ranks entered, latest first
     if c.shared_cpu_cores is not None:
         factors, cls = np.unique(factor, return_inverse=True)
         ends, seconds, timeline = _until_gather(spec, costs, c.shared_cpu_cores, factors,
                                                 np.bincount(cls).tolist())
         entered[:], compute[:], label[:] = ends[cls], seconds[cls], cls
         cpu, timelines = np.zeros(p // rph, dtype=np.int64), [timeline]
+        for k, end in enumerate(ends.tolist()):
+            history[k] = _set_before(timeline[0], end)
     else:
         kinds, cpu = np.unique(factor.reshape(-1, rph), axis=0, return_inverse=True)
         cpu = cpu.ravel()
@@ -1077,31 +1081,45 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
             mine = np.flatnonzero(cpu == kind)[:, None] * rph + np.arange(rph)
             entered[mine], compute[mine], label[mine] = ends[cls], seconds[cls], kind * rph + cls
             timelines.append(timeline)
+            for k, end in enumerate(ends.tolist()):
+                history[kind * rph + k] = _set_before(timeline[0], end)
 
     def capped_Bps(kind: int, at: float) -> float:
         times, loads = timelines[kind]
         return costs.contended_Bps(loads[bisect.bisect_right(times, at) - 1])
 
+    # Posts within float rounding of each other are one instant.
     post = entered + costs.overhead("gather")
-    root = post[0]
-    tol = fast_queues.TOUCH_RTOL * max(1.0, float(np.abs(post).max()))
-    late = post[1:] >= root - tol                      # posted with or after the root
-    # Ranks that post at one instant reach the root in simpy's event order: rank order among
-    # ranks of one class on alike CPUs (they started their jobs in that order and keep it),
-    # but across classes the order their CPUs' timers were set in, which this does not
-    # follow; nor whether ranks of another class than the root's that post with it do so
-    # before it (the root matches them with the earlier ones, in rank order) or after.
-    # There the first tensor is replayed.
-    at = np.flatnonzero(late) + 1
-    at = at[np.argsort(post[at], kind="stable")]
-    tied = np.diff(post[at]) <= tol
-    with_root = at[np.abs(post[at] - root) <= tol]
-    if np.any(tied & (label[at][1:] != label[at][:-1])) or (
-            np.any(label[with_root] != label[0]) and not late.all()):
+    ranks = np.arange(p)
+    by_time = np.argsort(post, kind="stable")
+    apart = np.diff(post[by_time]) > fast_queues.TOUCH_RTOL * max(1.0, float(np.abs(post).max()))
+    first = np.maximum.accumulate(np.where(np.concatenate(([True], apart)), ranks, 0))
+    instant = np.empty(p)
+    instant[by_time] = post[by_time][first]
+    root = instant[0]
+    # Ranks that post at one instant do so in simpy's event order: their CPUs' timers fire in
+    # the order they were set (the latest setting first compared, then the one before: the
+    # events that set them fired in that order), alike CPUs host by host, a CPU's ranks of one
+    # class in rank order.  Ranks of two classes whose CPUs' timers were set alike (one pool;
+    # or by chance) are in an order this does not follow: there the first tensor is replayed.
+    histories = sorted(set(history.values()))
+    setting = np.zeros(int(label.max()) + 1, dtype=np.int64)
+    for k, settings in history.items():
+        setting[k] = histories.index(settings)
+    setting = setting[label]
+    events = np.lexsort((ranks, ranks // rph, setting, instant))
+    a, b = events[:-1], events[1:]
+    if np.any((instant[a] == instant[b]) & (instant[b] >= root) & (setting[a] == setting[b])
+              & (label[a] != label[b])):
         raise NotExact("ranks of different classes post to the root at one instant")
-    others = np.arange(1, p)
-    match = np.maximum(post[1:], root)
-    late = late.astype(int)
+    position = np.empty(p, dtype=np.int64)
+    position[events] = ranks
+    # The root matches the ranks that posted before it in rank order, the others as they post.
+    before = (instant < root) | ((instant == root) & (position < position[0]))
+    others = ranks[1:]
+    match = np.maximum(instant[1:], root)
+    after = (~before[1:]).astype(int)
+    asks = np.lexsort((np.where(after, position[1:], others), after, match))
     nbytes = float(costs.param_bytes[0])
     intra_lat, intra_bw = intra_link(c)
     delivered = match + intra_lat + nbytes / intra_bw   # (beside the root: its loopback)
@@ -1109,7 +1127,7 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
     busy_s = (nbytes * _root_s_per_B(spec, costs, "gather")).tolist()
     match, cpu = match.tolist(), cpu.tolist()
     requests, behind = [], {}                          # (time, order, i); host -> later ones
-    for order, i in enumerate(np.lexsort((others, late, match)).tolist()):
+    for order, i in enumerate(asks.tolist()):
         h = host[i]
         if h == 0:
             continue
@@ -1135,6 +1153,14 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
             heapq.heappush(requests, (max(match[j], free), order, j))
             order += 1
     return entered, compute, float(delivered.max())
+
+
+def _set_before(times: list, t: float) -> tuple:
+    """The instants of a CPU's events (``_until_gather``'s times) before ``t``, latest first:
+    when its timer was set for an event at ``t``, and the settings before."""
+    import bisect
+
+    return tuple(reversed(times[:bisect.bisect_left(times, t)]))
 
 
 def _until_gather(spec: RunSpec, costs: CostInputs, cores: float, factors, sizes):
