@@ -1044,9 +1044,9 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
        compute factor; on hosts, each kind of host (its ranks' factors) once;
     2. the messages to the root: one from a rank beside it on its host takes the host's
        loopback, no NIC; the others request their host's transmit direction in match order
-       (a rank's send matches when it and the root have posted; the root posts at its entry,
-       in rank order, before the ranks that post at that instant after it) and, once it is
-       theirs, the root's receive direction, which they hold together for the bytes at the
+       (a rank's send matches when it and the root have posted: the root posts its receives
+       at its entry in rank order, matching the ranks that posted before it; a later rank
+       matches as it posts) and, once it is theirs, the root's receive direction, which they hold together for the bytes at the
        slower of the link and the contended bandwidth at the busier end's load when the
        message starts (``engine.Network._transfer``).  So a host's ranks reach the root one
        after another: its next message asks for the receive direction when the one before
@@ -1059,30 +1059,28 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
     c = spec.cluster
     p = spec.world_size
     rph = c.ranks_per_host
+    ranks = np.arange(p)
     factor = _factors(spec)
     entered, compute, label = np.empty(p), np.empty(p), np.empty(p, dtype=np.int64)
     history = {}       # label -> when its CPU's timer was set before its ranks entered, latest first
-    if c.shared_cpu_cores is not None:
-        factors, cls = np.unique(factor, return_inverse=True)
-        ends, seconds, timeline = _until_gather(spec, costs, c.shared_cpu_cores, factors,
-                                                np.bincount(cls).tolist())
-        entered[:], compute[:], label[:] = ends[cls], seconds[cls], cls
-        cpu, timelines = np.zeros(p // rph, dtype=np.int64), [timeline]
-        for k, end in enumerate(ends.tolist()):
-            history[k] = _set_before(timeline[0], end)
-    else:
+    if c.shared_cpu_cores is not None:       # one CPU of every rank
+        cores, kinds, cpu = c.shared_cpu_cores, factor[None], np.zeros(p // rph, dtype=np.int64)
+    else:                                    # a CPU a host; alike hosts are one kind
+        cores = c.cores_per_host
         kinds, cpu = np.unique(factor.reshape(-1, rph), axis=0, return_inverse=True)
         cpu = cpu.ravel()
-        timelines = []
-        for kind, row in enumerate(kinds):
-            factors, cls = np.unique(row, return_inverse=True)
-            ends, seconds, timeline = _until_gather(spec, costs, c.cores_per_host, factors,
-                                                    np.bincount(cls).tolist())
-            mine = np.flatnonzero(cpu == kind)[:, None] * rph + np.arange(rph)
-            entered[mine], compute[mine], label[mine] = ends[cls], seconds[cls], kind * rph + cls
-            timelines.append(timeline)
-            for k, end in enumerate(ends.tolist()):
-                history[kind * rph + k] = _set_before(timeline[0], end)
+    timelines = []
+    for kind, row in enumerate(kinds):
+        factors, cls = np.unique(row, return_inverse=True)
+        ends, seconds, timeline = _until_gather(spec, costs, cores, factors,
+                                                np.bincount(cls).tolist())
+        mine = ranks[None] if c.shared_cpu_cores is not None else \
+            np.flatnonzero(cpu == kind)[:, None] * rph + np.arange(rph)
+        entered[mine], compute[mine] = ends[cls], seconds[cls]
+        label[mine] = kind * row.size + cls
+        timelines.append(timeline)
+        for k, end in enumerate(ends.tolist()):
+            history[kind * row.size + k] = _set_before(timeline[0], end)
 
     def capped_Bps(kind: int, at: float) -> float:
         times, loads = timelines[kind]
@@ -1090,7 +1088,6 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
 
     # Posts within float rounding of each other are one instant.
     post = entered + costs.overhead("gather")
-    ranks = np.arange(p)
     by_time = np.argsort(post, kind="stable")
     apart = np.diff(post[by_time]) > fast_queues.TOUCH_RTOL * max(1.0, float(np.abs(post).max()))
     first = np.maximum.accumulate(np.where(np.concatenate(([True], apart)), ranks, 0))

@@ -368,9 +368,9 @@ class _Lockstep:
         self.fired: set = set()
         # Messages between classes: (message, class) -> [process, pairs left, deliveries].
         self.posts: dict = {}
-        self._tallies: dict = {}                  # cpu -> ``_tally``, until it changes
-        self._caps: dict = {}                     # cpu -> its contended bandwidth, likewise
-        self._speeds: dict = {}                   # cpu -> ``_rate_of``, likewise
+        # (what, cpu) -> ``_tally``, ``_cap_of`` or ``_rate_of`` of it, until its jobs or
+        # talking ranks change (every message asks).
+        self._kept: dict = {}
         n = len(self.weights)
         self.depth = [0] * n                      # nested collectives a class's rank is inside
         self._talking = [0] * (max(self.cpu) + 1 if n else 0)    # cpu -> ranks inside one
@@ -407,23 +407,20 @@ class _Lockstep:
         """(busy threads, compute threads, ranks inside a collective) on ``cpu``, kept until
         a job starts or ends or a class enters or leaves a collective (many classes ask for
         it at every message)."""
-        tally = self._tallies.get(cpu)
+        tally = self._kept.get(("tally", cpu))
         if tally is None:
-            tally = self._tallies[cpu] = self._count(cpu)
+            tally = self._kept[("tally", cpu)] = self._count(cpu)
         return tally
 
     def _changed(self) -> None:
         """A job started or ended, or a class entered or left its collectives."""
-        self._tallies.clear()
-        self._caps.clear()
-        self._speeds.clear()
+        self._kept.clear()
 
     def _cap_of(self, cpu: int) -> float:
-        """The contended bandwidth at ``cpu``'s load (kept until it changes: every message
-        asks)."""
-        cap = self._caps.get(cpu)
+        """The contended bandwidth at ``cpu``'s load (kept until it changes)."""
+        cap = self._kept.get(("cap", cpu))
         if cap is None:
-            cap = self._caps[cpu] = self.costs.contended_Bps(self.cpu_load_of(cpu))
+            cap = self._kept[("cap", cpu)] = self.costs.contended_Bps(self.cpu_load_of(cpu))
         return cap
 
     def _count(self, cpu: int):
@@ -442,12 +439,12 @@ class _Lockstep:
 
     def _rate_of(self, cpu: int) -> float:
         """``ProcessorSharingCPU._rate`` of ``cpu`` now (kept until it changes)."""
-        rate = self._speeds.get(cpu)
+        rate = self._kept.get(("rate", cpu))
         if rate is None:
             busy, computing, talking = self._tally(cpu)
             speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking)) \
                 if talking and self.contention else 1.0
-            rate = self._speeds[cpu] = job_rate(self.cores, busy, self.efficiency, speed)
+            rate = self._kept[("rate", cpu)] = job_rate(self.cores, busy, self.efficiency, speed)
         return rate
 
     def _rates(self) -> dict:
