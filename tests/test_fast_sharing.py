@@ -326,7 +326,7 @@ def test_parameter_server_out_of_step_on_shared_cpus_matches_the_des(
     the DES's times, whichever way the fast engine takes (``_first_gather_shared``, or the
     replay)."""
     p = hosts * local
-    if "cores_per_host" in cpu and local > 2:
+    if "cores_per_host" in cpu and local > 2:       # (every tensor replayed there: not this)
         cpu = dict(shared_cpu_cores=2)
     sc = Scenario(global_batch=64 * p, ranks_per_host=local, **cpu,
                   stragglers={r % p: f for r, f in factors},
