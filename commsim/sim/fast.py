@@ -53,17 +53,18 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    O(p log p) per tensor.  With every rank on one pool of cores, the ranks that have their
    share of the last scatter step while the root still sends, loading the pool under its
    later messages: an event loop over starts, deliveries and steps (``_last_scatter_in_pool``).
-   Out of step on shared CPUs (stragglers on a pool, or on hosts short of cores), linear
-   ps's first gather is the only other place compute meets a message: per CPU, the classes
-   of ranks of one compute factor, an event per class's job end; and the messages in match
-   order, a host's one after another on its transmit direction, at the busier end's load
-   when each starts, ranks that post at one instant in the order their CPUs' timers were set
+   Out of step on shared CPUs (stragglers on a pool, or on hosts short of cores), linear ps's
+   first gather is the only other place compute meets a message: per CPU, the classes of ranks
+   of one compute factor, an event per class's job end; and the messages in match order, a
+   host's one after another on its transmit direction, at the busier end's load when each
+   starts, ranks that post at one instant in the order their CPUs' timers were set
    (``_first_gather_shared``; where that does not tell, two classes of one CPU, the first
-   tensor is replayed); from its mean on, the recurrences.  Binomial ps on one pool: the schedules from the first
-   tensor's mean to the last gather; the last scatter, whose ranks step on the pool as they
-   get their shares, and with stragglers the compute and first tensor, replayed by classes of
-   ranks acting together (``fast_classes``).  dp on a pool is an event loop over device 0's
-   serial phases, the jobs on the pool and the deliveries (``_data_parallel_in_pool``).
+   tensor is replayed); from its mean on, the recurrences.  Binomial ps on one pool: the
+   schedules from the first tensor's mean to the last gather; the last scatter, whose ranks
+   step on the pool as they get their shares, and with stragglers the compute and first tensor,
+   replayed by classes of ranks acting together (``fast_classes``).  dp on a pool is an event
+   loop over device 0's serial phases, the jobs on the pool and the deliveries
+   (``_data_parallel_in_pool``).
 6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
    (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
    standing for its run's; only a run's end ranks can part from it, and runs that go on
@@ -1043,15 +1044,15 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
     1. the compute, CPU by CPU (``_until_gather``): on one pool the classes of ranks of one
        compute factor; on hosts, each kind of host (its ranks' factors) once;
     2. the messages to the root: one from a rank beside it on its host takes the host's
-       loopback, no NIC; the others request their host's transmit direction in match order
-       (a rank's send matches when it and the root have posted: the root posts its receives
-       at its entry in rank order, matching the ranks that posted before it; a later rank
-       matches as it posts) and, once it is theirs, the root's receive direction, which they hold together for the bytes at the
-       slower of the link and the contended bandwidth at the busier end's load when the
-       message starts (``engine.Network._transfer``).  So a host's ranks reach the root one
-       after another: its next message asks for the receive direction when the one before
-       it is over.  Ranks that post at one instant do so in simpy's event order, which the
-       instants their CPUs' timers were set give (``_set_before``).  An event per message,
+       loopback, no NIC; the others request their host's transmit direction in match order (a
+       rank's send matches when it and the root have posted: the root posts its receives at its
+       entry in rank order, matching the ranks that posted before it; a later rank matches as
+       it posts) and, once it is theirs, the root's receive direction, which they hold together
+       for the bytes at the slower of the link and the contended bandwidth at the busier end's
+       load when the message starts (``engine.Network._transfer``).  So a host's ranks reach
+       the root one after another: its next message asks for the receive direction when the one
+       before it is over.  Ranks that post at one instant do so in simpy's event order, which
+       the instants their CPUs' timers were set give (``_set_before``).  An event per message,
        in the order the receive direction takes them: O(p log p)."""
     import bisect
     import heapq
@@ -1062,7 +1063,7 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
     ranks = np.arange(p)
     factor = _factors(spec)
     entered, compute, label = np.empty(p), np.empty(p), np.empty(p, dtype=np.int64)
-    history = {}       # label -> when its CPU's timer was set before its ranks entered, latest first
+    history = {}       # label -> its CPU's timer settings before its ranks entered, latest first
     if c.shared_cpu_cores is not None:       # one CPU of every rank
         cores, kinds, cpu = c.shared_cpu_cores, factor[None], np.zeros(p // rph, dtype=np.int64)
     else:                                    # a CPU a host; alike hosts are one kind
@@ -1140,9 +1141,12 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
         asked, _, i = heapq.heappop(requests)
         start = max(free, asked)
         seconds = busy_s[i]
-        if costs.contention:
-            seconds = max(seconds, nbytes / min(capped_Bps(cpu[host[i]], start),
-                                                capped_Bps(cpu[0], start)))
+        if costs.contention:                           # (the busier end's cap)
+            kind = cpu[host[i]]
+            cap = capped_Bps(kind, start)
+            if kind != cpu[0]:
+                cap = min(cap, capped_Bps(cpu[0], start))
+            seconds = max(seconds, nbytes / cap)
         free = start + seconds
         delivered[i] = free + c.nic_latency_s
         j = next(behind[host[i]], None)
