@@ -40,10 +40,15 @@ class Interval:
 
 def finished(jobs: dict) -> list:
     """The keys of the jobs (key -> [work left, ...], in arrival order) that are done: those
-    within float residue of no work left, else the one closest to done (finish it rather than
-    spin on tiny timeouts)."""
-    done = [key for key, job in jobs.items() if job[0] <= _EPS * max(1.0, job[0])]
+    within float residue of no work left (``residue``), else the one closest to done (finish
+    it rather than spin on tiny timeouts)."""
+    done = [key for key, job in jobs.items() if residue(job[0])]
     return done or [min(jobs, key=lambda key: jobs[key][0])]
+
+
+def residue(left: float) -> bool:
+    """Whether ``left`` work is float residue of none: the job is done."""
+    return left <= _EPS * max(1.0, left)
 
 
 class ProcessorSharingCPU:

@@ -32,12 +32,13 @@ of the DES's O(p²) messages an all-reduce; a budget of events stops runs that k
 """
 from __future__ import annotations
 
+import gc
 import heapq
 
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
-from commsim.sim.engine import finished
+from commsim.sim.engine import finished, residue
 from commsim.sim.fast_collectives import NotExact, intra_link
 from commsim.sim.fast_lockstep import equal_steps
 from commsim.spec import RunSpec
@@ -192,6 +193,7 @@ class _Ring:
         self.now = 0.0
         self.cpu_last = 0.0                        # when the pool's jobs were last advanced
         self.cpu_due = None                        # when its next job ends, set then
+        self.deferred = None                       # while a batch runs: whether it is due
         self.groups: dict = {}                     # (work, threads, compute, start) -> _Group
         self.busy = self.computing = self.talking = 0.0
         self._rates: dict = {}                     # (busy, computing, talking) -> rate
@@ -305,12 +307,16 @@ class _Ring:
                self.computing if computing is None else computing, self.talking)
         rate = self._rates.get(key)
         if rate is None:
-            busy, computing, talking = key
-            speed = 1.0
-            if talking and self.contention:
-                speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking))
-            rate = self._rates[key] = job_rate(self.cores, busy, self.efficiency, speed)
+            rate = self._rates[key] = job_rate(self.cores, key[0], self.efficiency,
+                                               self._speed(key[1]))
         return rate
+
+    def _speed(self, computing: float) -> float:
+        """Jobs' speed on the pool but for its sharing: the calibrated compute speed while
+        ranks communicate with ``computing`` threads computing, else 1."""
+        if self.talking and self.contention:
+            return self.costs.compute_speed(cpu_load(self.cores, computing, self.talking))
+        return 1.0
 
     def _spans(self, run: _Run):
         """``run``'s ranks as slices of the per-rank arrays (two where it wraps round)."""
@@ -366,7 +372,12 @@ class _Ring:
         self.cpu_last = self.now
 
     def _reschedule(self) -> None:
-        """When the next job ends at the speed from now on (``_reschedule``)."""
+        """When the next job ends at the speed from now on (``_reschedule``); while the loop
+        takes a batch, once after it (nothing reads it before, and at one instant only the
+        last setting counts)."""
+        if self.deferred is not None:
+            self.deferred = True
+            return
         self.cpu_due = None
         if self.groups:
             self.cpu_due = self.now + max(
@@ -809,6 +820,9 @@ class _Ring:
                 batch, self.ready = self.ready, []
             else:
                 return
+            batch = self._stride(batch, mine)
+            if batch is None:
+                return                         # a job not a ring step's ends: the loop's
             if loops(batch):
                 self.ready += batch
                 return
@@ -837,6 +851,286 @@ class _Ring:
             if self.ready:
                 return
 
+    def _stride(self, batch, mine: set):
+        """Whole ring steps of a few runs in step (``batch``: each one's collective process,
+        ready at one program position), while nothing else happens: the glide's events
+        without its timers and batches.
+
+        Each step, in rank order as the glide takes them, a run posts (``_post``): beside a
+        rank that waits on this step with its other message in (a staircase's step) it takes
+        it in; beside ranks not at this step (or the ones it left) it leaves its end rank to
+        wait (made once the steps stop: nothing looks at it before); beside a one-rank run of
+        the batch that posted before it, it delivers.  Its messages arrive at one instant
+        (one kind of message), where every run's timer fires together; a reduction starts
+        there for all (``_job``, one group) and ends, alone, at the pool's next event.  The
+        steps stop where the glide would do otherwise: another timer or job due first, a
+        post of another shape, runs that would join, the program past its ring steps.
+        Returns the batch ready now (empty where a reduction runs; None where a job not
+        theirs ends with it: the loop's)."""
+        k, p = self.talker, self.p
+        if not 1 <= len(batch) <= 4 or len(self.kinds) != 1:
+            return batch
+        program = self.programs[k]
+        runs = []
+        for run, j in batch:
+            if j != k or not run.alive or run.procs[k][2] is not None:
+                return batch
+            runs.append(run)
+        pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
+        if pc >= len(program) or program[pc][0] != STEPS or any(
+                run.procs[k][0] != pc or run.procs[k][1] != rep for run in runs):
+            return batch
+        ids = {id(run) for run in runs}
+        if len(ids) != len(runs):
+            return batch
+        for run in runs:
+            for j, proc in enumerate(run.procs):
+                if j != k and (proc[2] is None or proc[2][0] not in ("job", "end", "done")
+                               or (proc[2][0] == "job" and not proc[2][1].compute)):
+                    return batch               # (only compute jobs go on beside the steps)
+        timers = self.timers
+        while timers and not (timers[0][2].alive and
+                              timers[0][2].procs[timers[0][3]][2] == ("timer", timers[0][0])):
+            heapq.heappop(timers)
+        foreign = timers[0][0] if timers else float("inf")
+        kind = self.kinds[0]
+        per_byte, latency = self._per_byte(), self.latency_s   # (``_delivered``)
+
+        first, last = self.first, self.last
+        rest = [j for j in range(len(self.programs)) if j != k]
+
+        def twin(run, other) -> bool:
+            """``_twins`` but for the collectives' process and the bytes sent."""
+            return (run.fired == other.fired and run.talked == other.talked
+                    and run.depth == other.depth
+                    and all(run.procs[j] == other.procs[j] for j in rest))
+
+        alike: dict = {}                       # (id, id) -> whether two runs' others differ
+        shed = {}                              # id(run) -> [left, right]: left an end rank
+        pieces = []                            # the ranks left: (run, lo, proc, sent, rcvd)
+
+        def apart(a, b) -> bool:
+            """Whether two runs of the batch differ but in the steps (which they take
+            together: so while they step)."""
+            key = (id(a), id(b))
+            if key not in alike:
+                alike[key] = not twin(a, b)
+            return alike[key]
+
+        if len(runs) >= len(self.first) or any(
+                not apart(run, self.first[(run.lo + run.n) % p]) for run in runs
+                if id(self.first.get((run.lo + run.n) % p)) in ids):
+            return batch                       # (``loops``: the loop's batch)
+
+        def settle(ready):
+            """The ranks left waiting made, in place, as ``_Run.copy`` and ``_adopt`` make
+            them (their other processes are the run's, in compute jobs or waiting on
+            nothing due); ``ready`` returned."""
+            for run, lo, proc, sent, received in pieces:
+                piece = _Run()
+                piece.lo, piece.n, piece.alive = lo, 1, True
+                piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
+                piece.sent, piece.received = sent, received
+                piece.procs = procs = [None] * len(run.procs)
+                procs[k] = proc
+                for j in rest:
+                    procs[j] = other = list(run.procs[j])
+                    if other[2][0] == "job":
+                        other[2][1].members.append((piece, j))
+                first[lo] = last[lo] = piece
+            return ready
+
+        groups = self.groups
+        # ``_rate``: only the threads busy change while runs step.
+        cores, efficiency, speed = self.cores, self.efficiency, self._speed(self.computing)
+        rates: dict = {}
+
+        def reduce(work: float, rep: int):
+            """The step's reductions, from their start to their end; False where something
+            else happens first (a timer: the glide's; a job not theirs ending with them:
+            the loop's, told by None), with the reductions made as ``_job`` makes them."""
+            now, busy, jobs = self.now, self.busy, list(groups.values())
+            if jobs and now > self.cpu_last:                      # ``_cpu_event``
+                rate = rates.get(busy)
+                if rate is None:
+                    rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
+                progress = (now - self.cpu_last) * rate
+                for job in jobs:
+                    job.left -= progress
+            self.cpu_last = now
+            weight = 0.0
+            for run in runs:                                      # ``_job``, in order
+                weight += run.n * 1.0
+                busy += run.n * 1.0
+            self.events += len(runs)
+            rate = rates.get(busy)
+            if rate is None:
+                rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
+            due = now + max(0.0, min([job.left for job in jobs] + [work]) / rate)
+            left, ended = work, foreign > due
+            if ended:
+                self.now = due
+                if due > now:
+                    progress = (due - now) * rate
+                    for job in jobs:
+                        job.left -= progress
+                    left = work - progress
+                self.cpu_last = due
+                # (``finished``: it alone is done, or none is and it is the least)
+                done = residue(left)
+                ended = not any(residue(job.left) or (not done and job.left <= left)
+                                for job in jobs)
+            if not ended:
+                group = groups[(work, 1.0, False, now)] = _Group(work, False, now)
+                group.left, group.weight = left, weight
+                group.members = [(run, k) for run in runs]
+                mine.add(id(group))
+                for run in runs:
+                    run.procs[k][1], run.procs[k][2] = rep + 1, ("job", group)
+                self.busy, self.cpu_due = busy, due
+                return None if foreign > due else False
+            for run in runs:
+                run.procs[k][1] = rep + 1
+            busy -= weight                                        # ``_end_jobs``
+            self.busy, self.cpu_due = busy, None
+            if jobs:
+                rate = rates.get(busy)
+                if rate is None:
+                    rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
+                self.cpu_due = due + max(0.0, min([job.left for job in jobs]) / rate)
+            return True
+
+        while True:
+            pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
+            _, collective, start, chunk, work, count = program[pc]
+            if rep % 2:
+                if work > 0:
+                    # Their messages are in: each starts the step's reduction (``_resume``).
+                    if (work, 1.0, False, self.now) in groups or \
+                            self.events + len(runs) > self.budget:
+                        return settle(batch)
+                    ended = reduce(work, rep)
+                    if ended is None:
+                        settle(None)
+                        return None
+                    if not ended:
+                        return settle([])      # (the glide takes the timer first)
+                    batch = [(run, k) for run in runs]
+                    continue
+                rep += 1                       # (``_resume``: no reduction, the next post)
+            if rep == 2 * count:
+                pc, rep = pc + 1, 0
+                if pc >= len(program) or program[pc][0] != STEPS:
+                    return settle(batch)
+                _, collective, start, chunk, work, count = program[pc]
+            step = (collective, start + rep // 2)
+            if self.events + len(runs) > self.budget:
+                return settle(batch)
+            arrive = (self.now + chunk * per_byte + latency if kind else
+                      self.now + (self.intra_latency_s + chunk * self.intra_per_byte))
+            if arrive >= foreign or (self.cpu_due is not None and arrive > self.cpu_due):
+                return settle(batch)           # (another event comes first or with them)
+            # What each run does, in the glide's order, judged before any is done: per side,
+            # leave its end rank (0), take in a waiting neighbour (1), deliver to a one-rank
+            # run of the batch that posted before it (2).
+            if len(runs) > 1:
+                runs.sort(key=lambda run: run.lo)
+            order = {id(run): i for i, run in enumerate(runs)}
+            plans = []
+            sent = runs[0].sent + chunk
+            for i, run in enumerate(runs):
+                if run.sent + chunk != sent:
+                    return settle(batch)
+                lo, n = run.lo, run.n
+                left, right = last.get((lo - 1) % p), first.get((lo + n) % p)
+                if n == 1:
+                    # Its messages pair with the runs beside it, which post after it.
+                    if left is None or right is None or left is right or not (
+                            order.get(id(left), -1) > i and order.get(id(right), -1) > i):
+                        return settle(batch)
+                    plans.append(None)
+                    continue
+                gone = shed.get(id(run), (False, False))
+                if left is right and not (gone[0] or gone[1]):
+                    return settle(batch)       # (the ring's one other run on both sides)
+                plan = []
+                for side, other, leaves in ((4, left, gone[0]), (3, right, gone[1])):
+                    if leaves:
+                        plan.append(0)
+                        continue
+                    if other is None or other is run:
+                        return settle(batch)
+                    if id(other) in order:
+                        if other.n != 1 or order[id(other)] > i or not apart(run, other):
+                            return settle(batch)
+                        plan.append(2)
+                        continue
+                    theirs = other.procs[k][2]
+                    if not (type(theirs) is list and theirs[0] == "step" and theirs[1] == step):
+                        plan.append(0)         # (``_post``: it waits for that neighbour)
+                        continue
+                    # (``_post``'s merge: done with this step at once, in the run's state)
+                    other_in = theirs[7 - side]
+                    if theirs[side] is not None or other_in is None or other_in > arrive \
+                            or other.procs[k][0] != pc or other.procs[k][1] != rep + 1 \
+                            or other.sent != sent or not twin(run, other):
+                        return settle(batch)
+                    plan.append(1)
+                if n - (plan[0] == 0) - (plan[1] == 0) < 2:
+                    return settle(batch)
+                plans.append(plan)
+            # Done, in order (``_post``: the end ranks left, then the neighbours taken in).
+            self.events += len(runs)
+            self.order += len(runs)
+            for run, plan in zip(runs, plans):
+                run.sent += chunk
+                run.received += chunk
+                proc = run.procs[k]
+                proc[0], proc[1] = pc, rep + 1
+                if plan is None:
+                    continue
+                left_does, right_does = plan
+                lo, n = run.lo, run.n
+                if not left_does:
+                    pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
+                                   run.sent, run.received))
+                    del first[lo]
+                    lo, n = (lo + 1) % p, n - 1
+                    first[lo] = run
+                    shed.setdefault(id(run), [False, False])[0] = True
+                if not right_does:
+                    end = (lo + n - 1) % p
+                    pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
+                                   run.sent, run.received))
+                    del last[end]
+                    n -= 1
+                    last[(end - 1) % p] = run
+                    shed.setdefault(id(run), [False, False])[1] = True
+                if left_does == 1:
+                    other = last.pop((lo - 1) % p)
+                    other.procs[k][2][4] = arrive
+                    other.alive = False        # (``_drop``: it has no timer)
+                    del first[lo]
+                    lo, n = other.lo, n + other.n
+                    first[lo] = run
+                if right_does == 1:
+                    other = first.pop((lo + n) % p)
+                    other.procs[k][2][3] = arrive
+                    other.alive = False
+                    del last[(lo + n - 1) % p]
+                    n += other.n
+                    last[(lo + n - 1) % p] = run
+                run.lo, run.n = lo, n
+            self.now = arrive
+            # The timers fire together: the glide's batch, unless its runs would join.
+            if len(runs) >= len(first) + len(pieces):
+                return settle(batch)
+            for run in runs:
+                right = first.get((run.lo + run.n) % p)
+                if right is not None and right is not run and id(right) in order \
+                        and not apart(run, right):
+                    return settle(batch)
+
     def run(self):
         while True:
             while self.ready:
@@ -845,6 +1139,7 @@ class _Ring:
                 self._jump(batch)
                 if len(batch) > 1:
                     batch.sort(key=lambda item: (item[0].lo, item[1]))
+                self.deferred = False
                 for run, k in batch:
                     if run.alive and run.procs[k][2] is None:
                         self.events += 1
@@ -853,6 +1148,9 @@ class _Ring:
                                 f"the ranks keep parting into runs of their own (more than "
                                 f"{self.budget} events for {self.p} ranks)")
                         self._resume(run, k)
+                deferred, self.deferred = self.deferred, None
+                if deferred:
+                    self._reschedule()
             self._glide()
             if self.ready:
                 continue
@@ -889,7 +1187,15 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast: boo
     bytes received) in the all-reduces.  ``broadcast``: DDP's buffer broadcast runs;
     ``broadcast_end(start)``: when it ends, from each rank's start."""
     ring = _Ring(spec, costs, _programs(spec, costs, buckets, broadcast), broadcast_end)
-    ring.run()
+    # Runs and their jobs refer to each other: the collector's passes over the many made
+    # and dropped would cost more than the run (a quarter of it at 65,536 ranks).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        ring.run()
+    finally:
+        if collecting:
+            gc.enable()
     if np.isnan(ring.finish).any():
         raise NotExact("a rank of the runs did not finish")      # a bug, never a guess
     return ring.per_rank()
