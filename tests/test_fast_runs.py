@@ -206,6 +206,54 @@ def test_staircases_glide_as_the_des_steps(strategy, case):
         assert steps > 24, steps          # (two ranks a host: two kinds of message, no glide)
 
 
+def strided(strategy, hosts, sc, on=True):
+    """(the fast engine's result, events ``_Ring._stride`` took) for one prediction; with
+    ``on`` false, the stride takes none (the glide takes every step)."""
+    count = [0]
+    original = fast_runs._Ring._stride
+
+    def stride(self, batch, mine):
+        before = self.events
+        out = original(self, batch, mine) if on else batch
+        count[0] += self.events - before
+        return out
+
+    fast_runs._Ring._stride = stride
+    try:
+        result = predict(load_default(), strategy, hosts, sc, engine="fast")
+    finally:
+        fast_runs._Ring._stride = original
+    return result, count[0]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+@pytest.mark.parametrize("case", [
+    dict(stragglers={1: 1.5}),
+    dict(stragglers={1: 1.5, 40: 1.2}, sync_every=2),
+    dict(stragglers={5: 3.0}, shared_cpu_cores=1.5, cpu_efficiency=EFFICIENCY),
+    dict(stragglers={0: 1.3}, compression="fp16", overlap=False),
+    dict(stragglers={20: 2.0}, broadcast_buffers=False),
+    dict(stragglers={47: 1.2, 3: 1.5}, algorithm="hierarchical", shared_cpu_cores=3),
+])
+def test_runs_in_step_stride_as_the_glide_steps(strategy, case):
+    """Whole ring steps of the runs in step (``_Ring._stride``: a staircase built, or taken
+    in by three runs at once): the glide's answer to the last bit without them, the DES's,
+    and most of the glide's events theirs."""
+    case = dict(case)
+    if strategy == "ring":
+        case = {k: v for k, v in case.items() if k not in RING_ONLY}
+    case.setdefault("shared_cpu_cores", 2)
+    sc = Scenario(global_batch=32 * 48, bucket_bytes=2_000_000, **case)
+    result, steps = strided(strategy, 48, sc)
+    glide, none = strided(strategy, 48, sc, on=False)
+    assert none == 0
+    assert result.iteration_s == glide.iteration_s
+    assert [r["finish_s"] for r in result.per_rank] == [r["finish_s"] for r in glide.per_rank]
+    assert_same(predict(load_default(), strategy, 48, sc, engine="des"), result)
+    _, glided_events = glided(strategy, 48, sc)
+    assert steps > glided_events / 2, (steps, glided_events)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
        strategy=st.sampled_from(["ddp", "ring"]), hosts=st.sampled_from([17, 24, 31]),

@@ -161,12 +161,13 @@ class _Run:
     def state(self):
         """Where its processes are and what they wait for: what its timing depends on (its
         ranks' compute speeds only where a compute job starts, which splits it by speed)."""
+        for _, _, pending in self.procs:
+            if type(pending) is list:              # ("step", ...): waiting on a neighbour,
+                return None                        # never joined
         procs = []
         for pc, rep, pending in self.procs:
             if pending is not None and pending[0] == "job":
                 pending = ("job", id(pending[1]))
-            elif pending is not None and pending[0] == "step":
-                return None                        # waiting on a neighbour: never joined
             procs.append((pc, rep, pending))
         return self.fired, self.talked, self.depth, self.sent, tuple(procs)
 
@@ -211,6 +212,7 @@ class _Ring:
         # Per rank: its compute speed, and what it reports.  Ranks of one run share these
         # but for the compute seconds (a compute job splits a run by speed).
         self.factor = np.array([spec.stragglers.get(r, 1.0) for r in range(self.p)])
+        self.speeds = self.factor.tolist()         # (one rank's, without numpy's scalars)
         self.compute_s = np.zeros(self.p)
         self.comm_s = np.zeros(self.p)
         self.since = np.zeros(self.p)
@@ -264,7 +266,11 @@ class _Ring:
         ready = {}
         for run, _ in self.ready:
             if run.alive:
-                ready[id(run)] = run
+                for proc in run.procs:
+                    if type(proc[2]) is list:
+                        break                  # (waiting on a neighbour: ``state`` None)
+                else:
+                    ready[id(run)] = run
         if len(ready) < 2:
             return
         became = {}
@@ -327,7 +333,7 @@ class _Ring:
         """Process ``k`` of ``run`` starts a compute job of ``work`` times each rank's speed:
         ranks of different speeds part here, into arcs of one speed each."""
         if run.n == 1:                         # (the commonest where runs part: no arrays)
-            factor, cuts = (self.factor[run.lo],), [0, 1]
+            factor, cuts = (self.speeds[run.lo],), [0, 1]
         else:
             factor = np.concatenate([self.factor[span] for span in self._spans(run)])
             cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
@@ -348,7 +354,8 @@ class _Ring:
              reschedule: bool = True) -> None:
         """Process ``k`` of ``run`` starts a job; ``reschedule``: the pool's timer set again
         now (else by the caller, once a batch of jobs has started)."""
-        self._cpu_event()
+        if self.now != self.cpu_last:              # (time never runs back)
+            self._cpu_event()
         key = (work, threads, compute, self.now)
         group = self.groups.get(key)
         if group is None:
@@ -398,7 +405,9 @@ class _Ring:
                 self.computing -= group.weight
             for run, k in group.members:
                 if run.alive and run.procs[k][2] is not None and run.procs[k][2][1] is group:
-                    if group.compute:
+                    if group.compute and run.n == 1:
+                        self.compute_s[run.lo] += self.now - group.start
+                    elif group.compute:
                         for span in self._spans(run):
                             self.compute_s[span] += self.now - group.start
                     run.procs[k][2] = None
@@ -901,11 +910,30 @@ class _Ring:
 
         def twin(run, other) -> bool:
             """``_twins`` but for the collectives' process and the bytes sent."""
-            return (run.fired == other.fired and run.talked == other.talked
-                    and run.depth == other.depth
-                    and all(run.procs[j] == other.procs[j] for j in rest))
+            if run.fired != other.fired or run.talked != other.talked \
+                    or run.depth != other.depth:
+                return False
+            for j in rest:
+                if run.procs[j] != other.procs[j]:
+                    return False
+            return True
 
         alike: dict = {}                       # (id, id) -> whether two runs' others differ
+        plans = order = None                   # the last step's, in the glide's order
+
+        def takes(run, other, side, step, arrive, pc, rep, sent) -> bool:
+            """Whether ``run``, posting ``step`` now, takes ``other`` in on ``side``
+            (``_post``'s merge): a neighbour, not of the batch, waiting on this step for
+            ``run``'s message alone, its other one in by the time ``run``'s arrive, in
+            ``run``'s state."""
+            if other is None or id(other) in order:
+                return False
+            theirs = other.procs[k][2]
+            return (type(theirs) is list and theirs[0] == "step" and theirs[1] == step
+                    and theirs[side] is None and theirs[7 - side] is not None
+                    and theirs[7 - side] <= arrive and other.procs[k][0] == pc
+                    and other.procs[k][1] == rep + 1 and other.sent == sent
+                    and twin(run, other))
         shed = {}                              # id(run) -> [left, right]: left an end rank
         pieces = []                            # the ranks left: (run, lo, proc, sent, rcvd)
 
@@ -926,17 +954,22 @@ class _Ring:
             """The ranks left waiting made, in place, as ``_Run.copy`` and ``_adopt`` make
             them (their other processes are the run's, in compute jobs or waiting on
             nothing due); ``ready`` returned."""
+            made = {}                          # id(run) -> its other processes, jobs
             for run, lo, proc, sent, received in pieces:
+                if id(run) not in made:
+                    made[id(run)] = ([(j, run.procs[j]) for j in rest],
+                                     [(j, run.procs[j][2][1].members) for j in rest
+                                      if run.procs[j][2][0] == "job"])
+                procs_of, jobs_of = made[id(run)]
                 piece = _Run()
                 piece.lo, piece.n, piece.alive = lo, 1, True
                 piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
                 piece.sent, piece.received = sent, received
-                piece.procs = procs = [None] * len(run.procs)
-                procs[k] = proc
-                for j in rest:
-                    procs[j] = other = list(run.procs[j])
-                    if other[2][0] == "job":
-                        other[2][1].members.append((piece, j))
+                piece.procs = procs = [proc] * len(run.procs)
+                for j, other in procs_of:
+                    procs[j] = other.copy()
+                for j, members in jobs_of:
+                    members.append((piece, j))
                 first[lo] = last[lo] = piece
             return ready
 
@@ -945,16 +978,21 @@ class _Ring:
         cores, efficiency, speed = self.cores, self.efficiency, self._speed(self.computing)
         rates: dict = {}
 
+        jobs = list(groups.values())           # the others': none starts or ends meanwhile
+
+        def rate_at(busy: float) -> float:
+            rate = rates.get(busy)
+            if rate is None:
+                rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
+            return rate
+
         def reduce(work: float, rep: int):
             """The step's reductions, from their start to their end; False where something
             else happens first (a timer: the glide's; a job not theirs ending with them:
             the loop's, told by None), with the reductions made as ``_job`` makes them."""
-            now, busy, jobs = self.now, self.busy, list(groups.values())
+            now, busy = self.now, self.busy
             if jobs and now > self.cpu_last:                      # ``_cpu_event``
-                rate = rates.get(busy)
-                if rate is None:
-                    rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
-                progress = (now - self.cpu_last) * rate
+                progress = (now - self.cpu_last) * rate_at(busy)
                 for job in jobs:
                     job.left -= progress
             self.cpu_last = now
@@ -963,10 +1001,12 @@ class _Ring:
                 weight += run.n * 1.0
                 busy += run.n * 1.0
             self.events += len(runs)
-            rate = rates.get(busy)
-            if rate is None:
-                rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
-            due = now + max(0.0, min([job.left for job in jobs] + [work]) / rate)
+            rate = rate_at(busy)
+            least = work                                          # ``_reschedule``
+            for job in jobs:
+                if job.left < least:
+                    least = job.left
+            due = now + max(0.0, least / rate)
             left, ended = work, foreign > due
             if ended:
                 self.now = due
@@ -978,8 +1018,10 @@ class _Ring:
                 self.cpu_last = due
                 # (``finished``: it alone is done, or none is and it is the least)
                 done = residue(left)
-                ended = not any(residue(job.left) or (not done and job.left <= left)
-                                for job in jobs)
+                for job in jobs:
+                    if residue(job.left) or (not done and job.left <= left):
+                        ended = False
+                        break
             if not ended:
                 group = groups[(work, 1.0, False, now)] = _Group(work, False, now)
                 group.left, group.weight = left, weight
@@ -994,10 +1036,11 @@ class _Ring:
             busy -= weight                                        # ``_end_jobs``
             self.busy, self.cpu_due = busy, None
             if jobs:
-                rate = rates.get(busy)
-                if rate is None:
-                    rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
-                self.cpu_due = due + max(0.0, min([job.left for job in jobs]) / rate)
+                least = jobs[0].left
+                for job in jobs:
+                    if job.left < least:
+                        least = job.left
+                self.cpu_due = due + max(0.0, least / rate_at(busy))
             return True
 
         while True:
@@ -1032,53 +1075,66 @@ class _Ring:
                 return settle(batch)           # (another event comes first or with them)
             # What each run does, in the glide's order, judged before any is done: per side,
             # leave its end rank (0), take in a waiting neighbour (1), deliver to a one-rank
-            # run of the batch that posted before it (2).
-            if len(runs) > 1:
-                runs.sort(key=lambda run: run.lo)
-            order = {id(run): i for i, run in enumerate(runs)}
-            plans = []
+            # run of the batch that posted before it (2).  Steps alike repeat it: only the
+            # neighbours to take in are looked at again.
             sent = runs[0].sent + chunk
-            for i, run in enumerate(runs):
-                if run.sent + chunk != sent:
-                    return settle(batch)
-                lo, n = run.lo, run.n
-                left, right = last.get((lo - 1) % p), first.get((lo + n) % p)
-                if n == 1:
-                    # Its messages pair with the runs beside it, which post after it.
-                    if left is None or right is None or left is right or not (
-                            order.get(id(left), -1) > i and order.get(id(right), -1) > i):
+            if plans is not None:
+                for run, plan in zip(runs, plans):
+                    if run.sent + chunk != sent:
                         return settle(batch)
-                    plans.append(None)
-                    continue
-                gone = shed.get(id(run), (False, False))
-                if left is right and not (gone[0] or gone[1]):
-                    return settle(batch)       # (the ring's one other run on both sides)
-                plan = []
-                for side, other, leaves in ((4, left, gone[0]), (3, right, gone[1])):
-                    if leaves:
-                        plan.append(0)
+                    if plan is None:
                         continue
-                    if other is None or other is run:
+                    if run.n - (plan[0] == 0) - (plan[1] == 0) < 2:
                         return settle(batch)
-                    if id(other) in order:
-                        if other.n != 1 or order[id(other)] > i or not apart(run, other):
+                    if plan[0] != 1 and plan[1] != 1:
+                        continue
+                    if (plan[0] == 1 and not takes(run, last.get((run.lo - 1) % p), 4, step,
+                                                   arrive, pc, rep, sent)) or \
+                            (plan[1] == 1 and not takes(run, first.get((run.lo + run.n) % p),
+                                                        3, step, arrive, pc, rep, sent)):
+                        plans = None
+                        break
+            if plans is None:
+                plans = []
+                if len(runs) > 1:
+                    runs.sort(key=lambda run: run.lo)
+                order = {id(run): i for i, run in enumerate(runs)}
+                for i, run in enumerate(runs):
+                    if run.sent + chunk != sent:
+                        return settle(batch)
+                    lo, n = run.lo, run.n
+                    left, right = last.get((lo - 1) % p), first.get((lo + n) % p)
+                    if n == 1:
+                        # Its messages pair with the runs beside it, which post after it.
+                        if left is None or right is None or left is right or not (
+                                order.get(id(left), -1) > i and order.get(id(right), -1) > i):
                             return settle(batch)
-                        plan.append(2)
+                        plans.append(None)
                         continue
-                    theirs = other.procs[k][2]
-                    if not (type(theirs) is list and theirs[0] == "step" and theirs[1] == step):
-                        plan.append(0)         # (``_post``: it waits for that neighbour)
-                        continue
-                    # (``_post``'s merge: done with this step at once, in the run's state)
-                    other_in = theirs[7 - side]
-                    if theirs[side] is not None or other_in is None or other_in > arrive \
-                            or other.procs[k][0] != pc or other.procs[k][1] != rep + 1 \
-                            or other.sent != sent or not twin(run, other):
+                    gone = shed.get(id(run), (False, False))
+                    if left is right and not (gone[0] or gone[1]):
+                        return settle(batch)   # (the ring's one other run on both sides)
+                    plan = []
+                    for side, other, leaves in ((4, left, gone[0]), (3, right, gone[1])):
+                        if leaves:
+                            plan.append(0)
+                        elif other is None or other is run:
+                            return settle(batch)
+                        elif id(other) in order:
+                            if other.n != 1 or order[id(other)] > i or not apart(run, other):
+                                return settle(batch)
+                            plan.append(2)
+                        elif not (type(other.procs[k][2]) is list
+                                  and other.procs[k][2][0] == "step"
+                                  and other.procs[k][2][1] == step):
+                            plan.append(0)     # (``_post``: it waits for that neighbour)
+                        elif takes(run, other, side, step, arrive, pc, rep, sent):
+                            plan.append(1)
+                        else:
+                            return settle(batch)
+                    if n - (plan[0] == 0) - (plan[1] == 0) < 2:
                         return settle(batch)
-                    plan.append(1)
-                if n - (plan[0] == 0) - (plan[1] == 0) < 2:
-                    return settle(batch)
-                plans.append(plan)
+                    plans.append(plan)
             # Done, in order (``_post``: the end ranks left, then the neighbours taken in).
             self.events += len(runs)
             self.order += len(runs)
@@ -1125,11 +1181,13 @@ class _Ring:
             # The timers fire together: the glide's batch, unless its runs would join.
             if len(runs) >= len(first) + len(pieces):
                 return settle(batch)
-            for run in runs:
+            for i, run in enumerate(runs):
                 right = first.get((run.lo + run.n) % p)
                 if right is not None and right is not run and id(right) in order \
                         and not apart(run, right):
                     return settle(batch)
+                if i and runs[i - 1].lo > run.lo:
+                    plans = None               # (the order changed: judge it all again)
 
     def run(self):
         while True:
