@@ -1043,6 +1043,89 @@ class _Ring:
                 self.cpu_due = due + max(0.0, least / rate_at(busy))
             return True
 
+        def build(run, pc: int, rep: int, collective, start: int, chunk: float, work: float,
+                  count: int) -> int:
+            """A staircase building, the commonest shape: ``run`` alone, leaving its end
+            ranks each step, its reductions alone beside the others' jobs.  The steps of the
+            loop below (the post, then ``reduce``), the same arithmetic in the same order, on
+            locals; it stops before a step the loop would take otherwise (at a post), or
+            once posted before a reduction that would not end alone (where ``reduce`` takes
+            it up).  Returns the posts it made."""
+            proc = run.procs[k]
+            lo, n, sent, received = run.lo, run.n, run.sent, run.received
+            now, cpu_last, busy, cpu_due = self.now, self.cpu_last, self.busy, self.cpu_due
+            events, budget, posts = self.events, self.budget, 0
+            lefts = [job.left for job in jobs]
+            while rep < 2 * count and n >= 4 and events + 1 <= budget:
+                arrive = (now + chunk * per_byte + latency if kind else
+                          now + (self.intra_latency_s + chunk * self.intra_per_byte))
+                if arrive >= foreign or (cpu_due is not None and arrive > cpu_due):
+                    break
+                step = (collective, start + rep // 2)             # the post (``_post``)
+                sent += chunk
+                received += chunk
+                rep += 1
+                end = (lo + n - 1) % p
+                pieces.append((run, lo, [pc, rep, ["step", step, chunk, None, arrive]],
+                               sent, received))
+                pieces.append((run, end, [pc, rep, ["step", step, chunk, arrive, None]],
+                               sent, received))
+                del first[lo]
+                lo = (lo + 1) % p
+                first[lo] = run
+                del last[end]
+                last[(end - 1) % p] = run
+                n -= 2
+                events += 1
+                posts += 1
+                now = arrive
+                if (work, 1.0, False, now) in groups or events + 1 > budget:
+                    break
+                # The reduction (``reduce``), kept only if it ends alone next.
+                start_lefts = lefts
+                if jobs and now > cpu_last:
+                    progress = (now - cpu_last) * (rates.get(busy) or rate_at(busy))
+                    start_lefts = [left - progress for left in lefts]
+                both = busy + n * 1.0
+                rate = rates.get(both) or rate_at(both)
+                least = work
+                for left in start_lefts:
+                    if left < least:
+                        least = left
+                due = now + max(0.0, least / rate)
+                if not foreign > due:
+                    break
+                end_lefts, mine_left = start_lefts, work
+                if due > now:
+                    progress = (due - now) * rate
+                    end_lefts = [left - progress for left in start_lefts]
+                    mine_left = work - progress
+                done = residue(mine_left)
+                alone = True
+                for left in end_lefts:
+                    if residue(left) or (not done and left <= mine_left):
+                        alone = False
+                if not alone:
+                    break
+                lefts, cpu_last, now, busy = end_lefts, due, due, both - n * 1.0
+                cpu_due = None
+                if jobs:
+                    least = lefts[0]
+                    for left in lefts:
+                        if left < least:
+                            least = left
+                    cpu_due = due + max(0.0, least / rate_at(busy))
+                rep += 1
+                events += 1
+            run.lo, run.n, run.sent, run.received = lo, n, sent, received
+            proc[1] = rep
+            self.now, self.cpu_last, self.busy, self.cpu_due = now, cpu_last, busy, cpu_due
+            self.events = events
+            self.order += posts
+            for job, left in zip(jobs, lefts):
+                job.left = left
+            return posts
+
         while True:
             pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
             _, collective, start, chunk, work, count = program[pc]
@@ -1058,7 +1141,7 @@ class _Ring:
                         return None
                     if not ended:
                         return settle([])      # (the glide takes the timer first)
-                    batch = [(run, k) for run in runs]
+                    # (``batch`` holds these runs still: the glide sorts what it is handed)
                     continue
                 rep += 1                       # (``_resume``: no reduction, the next post)
             if rep == 2 * count:
@@ -1066,6 +1149,9 @@ class _Ring:
                 if pc >= len(program) or program[pc][0] != STEPS:
                     return settle(batch)
                 _, collective, start, chunk, work, count = program[pc]
+            if plans is not None and len(runs) == 1 and plans[0] == [0, 0] and work > 0 \
+                    and build(runs[0], pc, rep, collective, start, chunk, work, count):
+                continue
             step = (collective, start + rep // 2)
             if self.events + len(runs) > self.budget:
                 return settle(batch)
@@ -1153,7 +1239,10 @@ class _Ring:
                     del first[lo]
                     lo, n = (lo + 1) % p, n - 1
                     first[lo] = run
-                    shed.setdefault(id(run), [False, False])[0] = True
+                    gone = shed.get(id(run))
+                    if gone is None:
+                        gone = shed[id(run)] = [False, False]
+                    gone[0] = True
                 if not right_does:
                     end = (lo + n - 1) % p
                     pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
@@ -1161,7 +1250,10 @@ class _Ring:
                     del last[end]
                     n -= 1
                     last[(end - 1) % p] = run
-                    shed.setdefault(id(run), [False, False])[1] = True
+                    gone = shed.get(id(run))
+                    if gone is None:
+                        gone = shed[id(run)] = [False, False]
+                    gone[1] = True
                 if left_does == 1:
                     other = last.pop((lo - 1) % p)
                     other.procs[k][2][4] = arrive
