@@ -115,7 +115,6 @@ kind of step, and the times it reports do not depend on that order except in suc
 """
 from __future__ import annotations
 
-import gc
 import math
 
 import numpy as np
@@ -305,18 +304,7 @@ def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
         raise NotExact(reason)
     from commsim.strategies import get_strategy
 
-    # The replays and runs make many small objects that refer to each other (processes,
-    # jobs, runs) and drop them within the call: the collector's passes over them cost more
-    # than the work (a third of a slow link with recursive doubling on one pool at 1,024
-    # ranks, a quarter of DDP with a straggler there at 65,536).  What they leave is
-    # collected after.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return get_strategy(spec.strategy).fast(spec, costs)
-    finally:
-        if collecting:
-            gc.enable()
+    return get_strategy(spec.strategy).fast(spec, costs)
 
 
 # -- shared pieces --------------------------------------------------------------------------------
