@@ -70,7 +70,7 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    standing for its run's; only a run's end ranks can part from it, and runs that go on
    together join again.  O(p) events an iteration, most of them a straggler's staircase (a run
    parting from, or taking in, its end ranks a step at a time), taken outside the loop's
-   batches (``_Ring._glide``).
+   batches (``_Ring._glide``), whole steps of the runs in step at once (``_Ring._stride``).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer

@@ -27,8 +27,10 @@ and a compute job splits a run by speed:
 4. runs ready at one instant in one state next to each other join again, and a waiting
    neighbour that a run's message releases joins it at once.
 Where every rank posts the same step with nothing else due but compute jobs, equal steps are
-one addition, as in ``fast_lockstep``.  With one straggler, O(p) events an iteration instead
-of the DES's O(p²) messages an all-reduce; a budget of events stops runs that keep parting.
+one addition, as in ``fast_lockstep``; where a few runs step alike (a staircase building, or
+taken in around the straggler), whole steps go without timers or batches (``_Ring._stride``).
+With one straggler, O(p) events an iteration instead of the DES's O(p²) messages an
+all-reduce; a budget of events stops runs that keep parting.
 """
 from __future__ import annotations
 
