@@ -162,32 +162,38 @@ def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, option
                 predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
 
 
-def glided(strategy, hosts, sc):
-    """(the fast engine's result, events the runs glided) for one prediction."""
+def counted(method, strategy, hosts, sc, skip=False):
+    """(the fast engine's result, the events ``_Ring``'s ``method`` took) for one prediction;
+    with ``skip``, the method is not run and hands back what it was given (``_stride``: the
+    glide then takes every step)."""
     count = [0]
-    original = fast_runs._Ring._glide
+    original = getattr(fast_runs._Ring, method)
 
-    def glide(self):
+    def wrapped(self, *args):
         before = self.events
-        original(self)
+        out = args[0] if skip else original(self, *args)
         count[0] += self.events - before
+        return out
 
-    fast_runs._Ring._glide = glide
+    setattr(fast_runs._Ring, method, wrapped)
     try:
         result = predict(load_default(), strategy, hosts, sc, engine="fast")
     finally:
-        fast_runs._Ring._glide = original
+        setattr(fast_runs._Ring, method, original)
     return result, count[0]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ring"])
-@pytest.mark.parametrize("case", [
+# Stragglers whose staircases glide (48 ranks, 2 MB buckets, a pool of 2 cores unless said).
+STAIRCASES = [
     dict(stragglers={1: 1.5}),
     dict(stragglers={1: 1.5, 40: 1.2}, sync_every=2),
     dict(stragglers={5: 3.0}, shared_cpu_cores=1.5, cpu_efficiency=EFFICIENCY),
     dict(stragglers={0: 1.3}, compression="fp16", overlap=False),
-    dict(stragglers={9: 1.5}, ranks_per_host=2),
-])
+]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+@pytest.mark.parametrize("case", [*STAIRCASES, dict(stragglers={9: 1.5}, ranks_per_host=2)])
 def test_staircases_glide_as_the_des_steps(strategy, case):
     """A straggler's staircase (runs parting from their end ranks, or taking them in, a step
     at a time) taken outside the loop's batches (``_Ring._glide``): the DES's times, and a
@@ -200,39 +206,15 @@ def test_staircases_glide_as_the_des_steps(strategy, case):
     case.setdefault("shared_cpu_cores", 2)
     hosts = 48 // case.get("ranks_per_host", 1)
     sc = Scenario(global_batch=32 * 48, bucket_bytes=2_000_000, **case)
-    result, steps = glided(strategy, hosts, sc)
+    result, steps = counted("_glide", strategy, hosts, sc)
     assert_same(predict(load_default(), strategy, hosts, sc, engine="des"), result)
     if case.get("ranks_per_host", 1) == 1:
         assert steps > 24, steps          # (two ranks a host: two kinds of message, no glide)
 
 
-def strided(strategy, hosts, sc, on=True):
-    """(the fast engine's result, events ``_Ring._stride`` took) for one prediction; with
-    ``on`` false, the stride takes none (the glide takes every step)."""
-    count = [0]
-    original = fast_runs._Ring._stride
-
-    def stride(self, batch, mine):
-        before = self.events
-        out = original(self, batch, mine) if on else batch
-        count[0] += self.events - before
-        return out
-
-    fast_runs._Ring._stride = stride
-    try:
-        result = predict(load_default(), strategy, hosts, sc, engine="fast")
-    finally:
-        fast_runs._Ring._stride = original
-    return result, count[0]
-
-
 @pytest.mark.parametrize("strategy", ["ddp", "ring"])
 @pytest.mark.parametrize("case", [
-    dict(stragglers={1: 1.5}),
-    dict(stragglers={1: 1.5, 40: 1.2}, sync_every=2),
-    dict(stragglers={5: 3.0}, shared_cpu_cores=1.5, cpu_efficiency=EFFICIENCY),
-    dict(stragglers={0: 1.3}, compression="fp16", overlap=False),
-    dict(stragglers={20: 2.0}, broadcast_buffers=False),
+    *STAIRCASES, dict(stragglers={20: 2.0}, broadcast_buffers=False),
     dict(stragglers={47: 1.2, 3: 1.5}, algorithm="hierarchical", shared_cpu_cores=3),
 ])
 def test_runs_in_step_stride_as_the_glide_steps(strategy, case):
@@ -244,13 +226,13 @@ def test_runs_in_step_stride_as_the_glide_steps(strategy, case):
         case = {k: v for k, v in case.items() if k not in RING_ONLY}
     case.setdefault("shared_cpu_cores", 2)
     sc = Scenario(global_batch=32 * 48, bucket_bytes=2_000_000, **case)
-    result, steps = strided(strategy, 48, sc)
-    glide, none = strided(strategy, 48, sc, on=False)
+    result, steps = counted("_stride", strategy, 48, sc)
+    glide, none = counted("_stride", strategy, 48, sc, skip=True)
     assert none == 0
     assert result.iteration_s == glide.iteration_s
     assert [r["finish_s"] for r in result.per_rank] == [r["finish_s"] for r in glide.per_rank]
     assert_same(predict(load_default(), strategy, 48, sc, engine="des"), result)
-    _, glided_events = glided(strategy, 48, sc)
+    _, glided_events = counted("_glide", strategy, 48, sc)
     assert steps > glided_events / 2, (steps, glided_events)
 
 

@@ -937,6 +937,7 @@ class _Ring:
                     and theirs[7 - side] <= arrive and other.procs[k][0] == pc
                     and other.procs[k][1] == rep + 1 and other.sent == sent
                     and twin(run, other))
+
         shed = {}                              # id(run) -> [left, right]: left an end rank
         pieces = []                            # the ranks left: (run, lo, proc, sent, rcvd)
 
@@ -980,7 +981,6 @@ class _Ring:
         # ``_rate``: only the threads busy change while runs step.
         cores, efficiency, speed = self.cores, self.efficiency, self._speed(self.computing)
         rates: dict = {}
-
         jobs = list(groups.values())           # the others': none starts or ends meanwhile
 
         def rate_at(busy: float) -> float:
