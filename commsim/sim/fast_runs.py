@@ -989,61 +989,81 @@ class _Ring:
                 rate = rates[busy] = job_rate(cores, busy, efficiency, speed)
             return rate
 
-        def reduce(work: float, rep: int):
-            """The step's reductions, from their start to their end; False where something
-            else happens first (a timer: the glide's; a job not theirs ending with them:
-            the loop's, told by None), with the reductions made as ``_job`` makes them."""
-            now, busy = self.now, self.busy
-            if jobs and now > self.cpu_last:                      # ``_cpu_event``
-                progress = (now - self.cpu_last) * rate_at(busy)
-                for job in jobs:
-                    job.left -= progress
-            self.cpu_last = now
-            weight = 0.0
-            for run in runs:                                      # ``_job``, in order
-                weight += run.n * 1.0
-                busy += run.n * 1.0
-            self.events += len(runs)
-            rate = rate_at(busy)
-            least = work                                          # ``_reschedule``
-            for job in jobs:
-                if job.left < least:
-                    least = job.left
+        def reduction(now: float, cpu_last: float, busy: float, lefts: list, sizes: list,
+                      work: float):
+            """A step's reductions started now by runs of ``sizes`` ranks, beside the
+            others' jobs with ``lefts`` work left as of ``cpu_last`` on ``busy`` threads, in
+            the arithmetic of ``_cpu_event``, ``_job``, ``_reschedule`` and ``finished``:
+            (how it goes, when it ends, the others' work left at its start and at its end,
+            its own then, the threads busy with it, its threads).  It goes "alone" where it
+            ends next and alone, "timer" where another timer comes first, "other" where
+            another job ends with it."""
+            start_lefts = lefts
+            if lefts and now > cpu_last:
+                progress = (now - cpu_last) * rate_at(busy)
+                start_lefts = [left - progress for left in lefts]
+            weight, both = 0.0, busy
+            for size in sizes:
+                weight += size * 1.0
+                both += size * 1.0
+            rate = rate_at(both)
+            least = work
+            for left in start_lefts:
+                if left < least:
+                    least = left
             due = now + max(0.0, least / rate)
-            left, ended = work, foreign > due
-            if ended:
-                self.now = due
-                if due > now:
-                    progress = (due - now) * rate
-                    for job in jobs:
-                        job.left -= progress
-                    left = work - progress
-                self.cpu_last = due
-                # (``finished``: it alone is done, or none is and it is the least)
-                done = residue(left)
-                for job in jobs:
-                    if residue(job.left) or (not done and job.left <= left):
-                        ended = False
-                        break
-            if not ended:
+            if not foreign > due:
+                return "timer", due, start_lefts, start_lefts, work, both, weight
+            end_lefts, mine = start_lefts, work
+            if due > now:
+                progress = (due - now) * rate
+                end_lefts = [left - progress for left in start_lefts]
+                mine = work - progress
+            done = residue(mine)
+            for left in end_lefts:
+                if residue(left) or (not done and left <= mine):
+                    return "other", due, start_lefts, end_lefts, mine, both, weight
+            return "alone", due, start_lefts, end_lefts, mine, both, weight
+
+        def next_due(now: float, lefts: list, busy: float):
+            """``_reschedule`` once the reductions have ended: the others' next end."""
+            if not lefts:
+                return None
+            least = lefts[0]
+            for left in lefts:
+                if left < least:
+                    least = left
+            return now + max(0.0, least / rate_at(busy))
+
+        def reduce(work: float, rep: int):
+            """The step's reductions, from their start to their end (``reduction``); False
+            where a timer comes first (the glide's), None where a job not theirs ends with
+            them (the loop's), with the reductions made as ``_job`` makes them."""
+            now = self.now
+            how, due, start_lefts, end_lefts, left, both, weight = reduction(
+                now, self.cpu_last, self.busy, [job.left for job in jobs],
+                [run.n for run in runs], work)
+            self.events += len(runs)
+            if how != "alone":
+                at_due = how == "other"
+                for job, value in zip(jobs, end_lefts if at_due else start_lefts):
+                    job.left = value
+                self.cpu_last = self.now = due if at_due else now
                 group = groups[(work, 1.0, False, now)] = _Group(work, False, now)
-                group.left, group.weight = left, weight
+                group.left, group.weight = (left if at_due else work), weight
                 group.members = [(run, k) for run in runs]
                 mine.add(id(group))
                 for run in runs:
                     run.procs[k][1], run.procs[k][2] = rep + 1, ("job", group)
-                self.busy, self.cpu_due = busy, due
-                return None if foreign > due else False
+                self.busy, self.cpu_due = both, due
+                return None if at_due else False
+            for job, value in zip(jobs, end_lefts):                 # ``_end_jobs``
+                job.left = value
+            self.cpu_last = self.now = due
             for run in runs:
                 run.procs[k][1] = rep + 1
-            busy -= weight                                        # ``_end_jobs``
-            self.busy, self.cpu_due = busy, None
-            if jobs:
-                least = jobs[0].left
-                for job in jobs:
-                    if job.left < least:
-                        least = job.left
-                self.cpu_due = due + max(0.0, least / rate_at(busy))
+            self.busy = both - weight
+            self.cpu_due = next_due(due, end_lefts, self.busy)
             return True
 
         def build(run, pc: int, rep: int, collective, start: int, chunk: float, work: float,
@@ -1085,39 +1105,12 @@ class _Ring:
                 if (work, 1.0, False, now) in groups or events + 1 > budget:
                     break
                 # The reduction (``reduce``), kept only if it ends alone next.
-                start_lefts = lefts
-                if jobs and now > cpu_last:
-                    progress = (now - cpu_last) * (rates.get(busy) or rate_at(busy))
-                    start_lefts = [left - progress for left in lefts]
-                both = busy + n * 1.0
-                rate = rates.get(both) or rate_at(both)
-                least = work
-                for left in start_lefts:
-                    if left < least:
-                        least = left
-                due = now + max(0.0, least / rate)
-                if not foreign > due:
+                how, due, _, end_lefts, _, both, weight = reduction(
+                    now, cpu_last, busy, lefts, [n], work)
+                if how != "alone":
                     break
-                end_lefts, mine_left = start_lefts, work
-                if due > now:
-                    progress = (due - now) * rate
-                    end_lefts = [left - progress for left in start_lefts]
-                    mine_left = work - progress
-                done = residue(mine_left)
-                alone = True
-                for left in end_lefts:
-                    if residue(left) or (not done and left <= mine_left):
-                        alone = False
-                if not alone:
-                    break
-                lefts, cpu_last, now, busy = end_lefts, due, due, both - n * 1.0
-                cpu_due = None
-                if jobs:
-                    least = lefts[0]
-                    for left in lefts:
-                        if left < least:
-                            least = left
-                    cpu_due = due + max(0.0, least / rate_at(busy))
+                lefts, cpu_last, now, busy = end_lefts, due, due, both - weight
+                cpu_due = next_due(due, lefts, busy)
                 rep += 1
                 events += 1
             run.lo, run.n, run.sent, run.received = lo, n, sent, received
