@@ -1000,13 +1000,13 @@ class _Ring:
             another job ends with it."""
             start_lefts = lefts
             if lefts and now > cpu_last:
-                progress = (now - cpu_last) * rate_at(busy)
+                progress = (now - cpu_last) * (rates.get(busy) or rate_at(busy))
                 start_lefts = [left - progress for left in lefts]
             weight, both = 0.0, busy
             for size in sizes:
                 weight += size * 1.0
                 both += size * 1.0
-            rate = rate_at(both)
+            rate = rates.get(both) or rate_at(both)
             least = work
             for left in start_lefts:
                 if left < least:
@@ -1106,7 +1106,7 @@ class _Ring:
                     break
                 # The reduction (``reduce``), kept only if it ends alone next.
                 how, due, _, end_lefts, _, both, weight = reduction(
-                    now, cpu_last, busy, lefts, [n], work)
+                    now, cpu_last, busy, lefts, (n,), work)
                 if how != "alone":
                     break
                 lefts, cpu_last, now, busy = end_lefts, due, due, both - weight
