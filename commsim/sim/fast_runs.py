@@ -432,12 +432,16 @@ class _Ring:
         """A step's time from every rank's post to its last delivery, posted now."""
         return self._inner(nbytes) - self.now
 
-    def _delivered(self, nbytes: float, crossing: bool) -> float:
-        """When a message both ends post now arrives (between hosts, or inside one), added
-        up as ``engine.Network._transfer`` does."""
+    def _delivered(self, nbytes: float, crossing: bool, now: float | None = None,
+                   per_byte: float | None = None) -> float:
+        """When a message both ends post now (or at ``now``) arrives (between hosts, or
+        inside one), added up as ``engine.Network._transfer`` does; ``per_byte``: the wire's
+        time a byte, where the caller holds it (``_per_byte``)."""
+        now = self.now if now is None else now
         if not crossing:
-            return self.now + (self.intra_latency_s + nbytes * self.intra_per_byte)
-        return self.now + nbytes * self._per_byte() + self.latency_s
+            return now + (self.intra_latency_s + nbytes * self.intra_per_byte)
+        return now + nbytes * (self._per_byte() if per_byte is None else per_byte) \
+            + self.latency_s
 
     def _arrivals(self, nbytes: float) -> list:
         """When a message posted now arrives, indexed by its kind (leaves the host or not;
@@ -906,7 +910,7 @@ class _Ring:
             heapq.heappop(timers)
         foreign = timers[0][0] if timers else float("inf")
         kind = self.kinds[0]
-        per_byte, latency = self._per_byte(), self.latency_s   # (``_delivered``)
+        per_byte = self._per_byte()            # (no rank enters or leaves a collective)
 
         first, last = self.first, self.last
         rest = [j for j in range(len(self.programs)) if j != k]
@@ -938,7 +942,7 @@ class _Ring:
                     and other.procs[k][1] == rep + 1 and other.sent == sent
                     and twin(run, other))
 
-        shed = {}                              # id(run) -> [left, right]: left an end rank
+        shed = {id(run): [False, False] for run in runs}   # whether it left an end rank
         pieces = []                            # the ranks left: (run, lo, proc, sent, rcvd)
 
         def apart(a, b) -> bool:
@@ -1080,8 +1084,7 @@ class _Ring:
             events, budget, posts = self.events, self.budget, 0
             lefts = [job.left for job in jobs]
             while rep < 2 * count and n >= 4 and events + 1 <= budget:
-                arrive = (now + chunk * per_byte + latency if kind else
-                          now + (self.intra_latency_s + chunk * self.intra_per_byte))
+                arrive = self._delivered(chunk, kind, now, per_byte)
                 if arrive >= foreign or (cpu_due is not None and arrive > cpu_due):
                     break
                 step = (collective, start + rep // 2)             # the post (``_post``)
@@ -1151,8 +1154,7 @@ class _Ring:
             step = (collective, start + rep // 2)
             if self.events + len(runs) > self.budget:
                 return settle(batch)
-            arrive = (self.now + chunk * per_byte + latency if kind else
-                      self.now + (self.intra_latency_s + chunk * self.intra_per_byte))
+            arrive = self._delivered(chunk, kind, self.now, per_byte)
             if arrive >= foreign or (self.cpu_due is not None and arrive > self.cpu_due):
                 return settle(batch)           # (another event comes first or with them)
             # What each run does, in the glide's order, judged before any is done: per side,
@@ -1193,7 +1195,7 @@ class _Ring:
                             return settle(batch)
                         plans.append(None)
                         continue
-                    gone = shed.get(id(run), (False, False))
+                    gone = shed[id(run)]
                     if left is right and not (gone[0] or gone[1]):
                         return settle(batch)   # (the ring's one other run on both sides)
                     plan = []
@@ -1235,10 +1237,7 @@ class _Ring:
                     del first[lo]
                     lo, n = (lo + 1) % p, n - 1
                     first[lo] = run
-                    gone = shed.get(id(run))
-                    if gone is None:
-                        gone = shed[id(run)] = [False, False]
-                    gone[0] = True
+                    shed[id(run)][0] = True
                 if not right_does:
                     end = (lo + n - 1) % p
                     pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
@@ -1246,10 +1245,7 @@ class _Ring:
                     del last[end]
                     n -= 1
                     last[(end - 1) % p] = run
-                    gone = shed.get(id(run))
-                    if gone is None:
-                        gone = shed[id(run)] = [False, False]
-                    gone[1] = True
+                    shed[id(run)][1] = True
                 if left_does == 1:
                     other = last.pop((lo - 1) % p)
                     other.procs[k][2][4] = arrive
