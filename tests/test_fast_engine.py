@@ -167,3 +167,33 @@ def test_fast_scales_without_the_des():
     r = predict(PROFILE, "ring", 65536, Scenario(global_batch=65536), engine="fast")
     assert len(r.per_rank) == 65536 and r.per_rank[-1]["rank"] == 65535
     assert r.iteration_s > r.compute_s
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_collector_is_paused_for_the_engine_only(monkeypatch, collecting):
+    """``run_fast`` pauses Python's cycle collector while an engine runs (its passes over the
+    programs and runs alive cost a third of a long replay) and leaves it as it found it, when
+    the engine answers and when it finds it cannot (``NotExact`` from inside)."""
+    import gc
+
+    from commsim.sim.fast import NotExact
+    from commsim.strategies import get_strategy
+
+    ring = type(get_strategy("ring"))
+    seen = []
+
+    def declining(self, spec, costs):
+        seen.append(gc.isenabled())
+        raise NotExact("found on the way")
+
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        assert predict(PROFILE, "ring", 4, Scenario(global_batch=64), engine="fast")
+        assert gc.isenabled() is collecting
+        monkeypatch.setattr(ring, "fast", declining)
+        assert predict(PROFILE, "ring", 4, Scenario(global_batch=64), engine="auto").engine \
+            == "des"
+        assert seen == [False] and gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -115,7 +115,9 @@ kind of step, and the times it reports do not depend on that order except in suc
 """
 from __future__ import annotations
 
+import gc
 import math
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -304,7 +306,25 @@ def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
         raise NotExact(reason)
     from commsim.strategies import get_strategy
 
-    return get_strategy(spec.strategy).fast(spec, costs)
+    # The engines make and drop millions of small objects while their programs and runs
+    # (millions more) stay alive, and each of the collector's passes walks those: a third of
+    # a replay's time at 1,000 ranks, growing with the ranks.  The cycles they drop (the runs
+    # engine's runs and jobs, a replay's closures) wait for the collector's next pass; a
+    # replay's peak memory is its programs, the same either way.
+    with _collector_paused():
+        return get_strategy(spec.strategy).fast(spec, costs)
+
+
+@contextmanager
+def _collector_paused():
+    """Python's cycle collector off for the body, then as it was."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # -- shared pieces --------------------------------------------------------------------------------

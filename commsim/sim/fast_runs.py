@@ -34,7 +34,6 @@ all-reduce; a budget of events stops runs that keep parting.
 """
 from __future__ import annotations
 
-import gc
 import heapq
 
 import numpy as np
@@ -1329,15 +1328,7 @@ def iteration(spec: RunSpec, costs: CostInputs, *, buckets: bool, broadcast: boo
     bytes received) in the all-reduces.  ``broadcast``: DDP's buffer broadcast runs;
     ``broadcast_end(start)``: when it ends, from each rank's start."""
     ring = _Ring(spec, costs, _programs(spec, costs, buckets, broadcast), broadcast_end)
-    # Runs and their jobs refer to each other: the collector's passes over the many made
-    # and dropped would cost more than the run (a quarter of it at 65,536 ranks).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        ring.run()
-    finally:
-        if collecting:
-            gc.enable()
+    ring.run()      # (with the collector paused: ``fast.run_fast``)
     if np.isnan(ring.finish).any():
         raise NotExact("a rank of the runs did not finish")      # a bug, never a guess
     return ring.per_rank()
