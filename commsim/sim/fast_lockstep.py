@@ -255,30 +255,41 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     # On CPUs of their own a slower rank's reductions and messages may be slower too (its
     # compute beside them on its cores): they take longer here, so that the ranks they reach
     # part.  (On one pool every job runs at one speed.)
-    slow = np.ones(p) if speed is None or not own_cpus else \
-        np.asarray(speed, dtype=float) ** 0.37
-    wire = np.ones(p) if link is None else np.asarray(link, dtype=float)
+    slow = None if speed is None or not own_cpus else np.asarray(speed, dtype=float) ** 0.37
+    wire = None if link is None else np.asarray(link, dtype=float)
     # Where compute is short, or long, beside a message (a straggler's delay hidden by a
     # fold's message, or not): the classes of every scale together.
     ready = [np.zeros(p)] if ready is None else ready
     scales = (0.01, 1.0, 100.0) if speed is not None or link is not None else (1.0,)
+    # Per round: its places, their partners, a message's generic seconds and the reduction's
+    # after it (the same at every scale; one number where every place's is).
+    timed = []
+    for _, code, partner, share, reduce in rounds:
+        at = np.flatnonzero(code).astype(np.int32)
+        to = partner[at].astype(np.int32)
+        seconds = share * per_share
+        for factor in (slow, wire):
+            if factor is not None:
+                seconds = seconds * np.maximum(factor[at], factor[to])
+        seconds = latency + seconds
+        after = None
+        if reduce:
+            after = share * reduction * (1.0 if slow is None else slow[at])
+            after = np.where(code[at] != SEND, after, 0.0)
+        timed.append((code, at, to, seconds, at.size > 0 and code[at[0]] == RING, after))
     for scale in scales:
         end = np.zeros(p)
         for begin in ready:
             t = np.maximum(end, begin * scale)
             columns = [label]
-            for _, code, partner, share, reduce in rounds:
-                at = np.flatnonzero(code)
-                done = np.maximum(t[at], t[partner[at]]) + (
-                    latency + share * per_share * np.maximum(slow[at], slow[partner[at]])
-                    * np.maximum(wire[at], wire[partner[at]]))
-                if at.size and code[at[0]] == RING:   # done when its send and receive are
+            for code, at, to, seconds, ring, after in timed:
+                done = np.maximum(t[at], t[to]) + seconds
+                if ring:                              # done when its send and receive are
                     got = np.empty(p)
-                    got[partner[at]] = done
+                    got[to] = done
                     done = np.maximum(done, got[at])
-                if reduce:
-                    done = np.where(code[at] != SEND, done + share * reduction * slow[at],
-                                    done)
+                if after is not None:
+                    done = done + after
                 t[at] = done
                 stamp = np.zeros(p)
                 stamp[at] = done
@@ -286,26 +297,40 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
             end = t
             label = grouped(np.vstack(columns).T) * 1.0
     cls = label.astype(np.int64)
-    steps = [[] for _ in range(int(cls.max()) + 1 if p else 0)]
+    n = int(cls.max()) + 1 if p else 0
+    steps = [[] for _ in range(n)]
     for key, code, partner, share, reduce in rounds:
         at = np.flatnonzero(code)
         if at.size and code[at[0]] == RING:
             sides = {}
             left_of = np.empty(p, dtype=np.int64)
             left_of[partner[at]] = at
-            for c, q, l in set(zip(cls[at].tolist(), cls[partner[at]].tolist(),
-                                   cls[left_of[at]].tolist())):
-                sides.setdefault(c, set()).add((q, l))
+            for c, q, l in _distinct(n, cls[at], cls[partner[at]], cls[left_of[at]]):
+                sides.setdefault(c, []).append((q, l))
             for c in sorted(sides):
-                steps[c].append(("ring", key, share, reduce, tuple(sorted(sides[c]))))
+                steps[c].append(("ring", key, share, reduce, tuple(sides[c])))
             continue
         met = {}
-        for c, kind, q in sorted(set(zip(cls[at].tolist(), code[at].tolist(),
-                                         cls[partner[at]].tolist()))):
+        for c, kind, q in _distinct(n, cls[at], code[at], cls[partner[at]]):
             met.setdefault((c, kind), []).append(q)
         for (c, kind), qs in met.items():
             steps[c].append((_KINDS[kind], key, share, reduce and kind != SEND, tuple(qs)))
     return cls.tolist(), steps
+
+
+def _distinct(n: int, *columns) -> list[tuple]:
+    """The distinct rows of integer ``columns`` (each below ``n`` or the kinds' codes), in
+    order: one number a row, so that 65,536 places take one sort rather than as many tuples."""
+    base = max(n, RING + 1)
+    key = np.zeros(columns[0].size, dtype=np.int64)
+    for column in columns:
+        key = key * base + column.astype(np.int64)
+    key = np.unique(key)
+    out = []
+    for _ in columns:
+        out.append((key % base).tolist())
+        key //= base
+    return list(zip(*out[::-1]))
 
 
 def grouped(rows) -> np.ndarray:
