@@ -27,6 +27,7 @@ processor sharing (``SharedCpus``) instead of fixed rates.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict, deque
 
 import numpy as np
@@ -306,12 +307,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # this sorts far fewer entries than a heap of every event would.
     instants = []
     at = {}
+    heappush = heapq.heappush
+    never = -math.inf
 
     def push(t, kind, what):
         bucket = at.get(t)
         if bucket is None:
             at[t] = bucket = []
-            heapq.heappush(instants, t)
+            heappush(instants, t)
         bucket.append((kind, what))
 
     # What earlier collectives left on the directions (read only until the end).
@@ -323,19 +326,24 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
     requested = [{}, {}]                       # per direction, host -> its latest request
     newest_free = [{}, {}]                     # and when it was last freed
+    # Per direction, host -> an earlier collective's latest request there, as a Python float
+    # (read at every request).
+    requested_before = [{}, {}]
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
         raise NotExact(reason)
 
     def request(d, h, m, t):
-        earlier = float(busy_before[d][1][h])
-        if earlier > -np.inf and t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
+        earlier = requested_before[d].get(h)
+        if earlier is None:
+            earlier = requested_before[d][h] = float(busy_before[d][1][h])
+        if earlier > never and t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
             refuse("a message would take a NIC direction ahead of an earlier collective's, "
                    "which the DES serves in request order")
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
-        if t > requested[d].get(h, -np.inf):
+        if t > requested[d].get(h, never):
             requested[d][h] = t
         if free:
             direction.holder = m
@@ -448,7 +456,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     while instants:
         t = heappop(instants)
         # The commonest events first: a send's or receive's, a resume, a release, a grant.
-        for kind, what in at[t]:          # events scheduled now join the end: run them too
+        bucket = at[t]
+        for kind, what in bucket:         # events scheduled now join the end: run them too
             if kind == _DONE:                          # a send or receive event processed
                 k = waiting_on[what]
                 if k is None:                          # a ghost's side
@@ -456,7 +465,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 pending[k] -= 1
                 if pending[k] == 0:
                     if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
-                        push(t, _RESUME, k)            # all_of's own event first
+                        bucket.append((_RESUME, k))    # all_of's own event first
                     else:
                         run_rank(k, t)
             elif kind == _RESUME:
@@ -477,15 +486,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
                          _END, what)
             elif kind == _DELIVERED:                   # the send's event, then the receive's
-                bucket = at[t]
                 bucket.append((_DONE, 2 * what))
                 bucket.append((_DONE, 2 * what + 1))
             elif kind == _END:                         # release receive, then transmit
-                bucket = at[t]
                 for d, h, released in ((1, rx_host[what], _RX_RELEASED),
                                        (0, tx_host[what], _TX_RELEASED)):
                     directions[d][h].holder = None
-                    if t > newest_free[d].get(h, -np.inf):
+                    if t > newest_free[d].get(h, never):
                         newest_free[d][h] = t
                     bucket.append((released, h))
                 push(t + lat[what], _DELIVERED, what)
@@ -495,13 +502,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     continue
                 if cpus is not None:
                     for k in cpus.finish_due(h, t):
-                        push(t, _RESUME, k)
+                        bucket.append((_RESUME, k))
                     reschedule(h, t)
                     continue
                 due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
                 jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
                 for _, k in due:
-                    push(t, _RESUME, k)
+                    bucket.append((_RESUME, k))
                 reschedule(h, t)
             elif kind == _LATCHED:
                 for k in latch:
