@@ -393,12 +393,16 @@ class _Lockstep:
         self.fired: set = set()
         # Messages between classes: (message, class) -> [process, pairs left, deliveries].
         self.posts: dict = {}
-        # (what, cpu) -> ``_tally``, ``_cap_of`` or ``_rate_of`` of it, until its jobs or
-        # talking ranks change (every message asks).
+        # (what, cpu) -> ``_cap_of`` or ``_rate_of`` of it, until its jobs or talking ranks
+        # change (every message asks).
         self._kept: dict = {}
         n = len(self.weights)
         self.depth = [0] * n                      # nested collectives a class's rank is inside
         self._talking = [0] * (max(self.cpu) + 1 if n else 0)    # cpu -> ranks inside one
+        # cpu -> threads of its running jobs, and of its compute jobs (whole numbers of
+        # threads and ranks: kept by adding and taking off, to the bit as summed anew).
+        self._busy = [0.0] * len(self._talking)
+        self._computing = [0.0] * len(self._talking)
         self.order = 0
         self.compute_s = [0.0] * n
         self.comm_s = [0.0] * n
@@ -429,13 +433,17 @@ class _Lockstep:
         return compute, gloo, self.depth[0] > 0
 
     def _tally(self, cpu: int):
-        """(busy threads, compute threads, ranks inside a collective) on ``cpu``, kept until
-        a job starts or ends or a class enters or leaves a collective (many classes ask for
-        it at every message)."""
-        tally = self._kept.get(("tally", cpu))
-        if tally is None:
-            tally = self._kept[("tally", cpu)] = self._count(cpu)
-        return tally
+        """(busy threads, compute threads, ranks inside a collective) on ``cpu``."""
+        return self._busy[cpu], self._computing[cpu], self._talking[cpu]
+
+    def _running(self, k: int, job, sign: int) -> None:
+        """Process ``k``'s ``job`` starts (+1) or ends (-1) on its class's CPU."""
+        c = self.cls[k]
+        threads = sign * self.weights[c] * job[1]
+        self._busy[self.cpu[c]] += threads
+        if job[2]:
+            self._computing[self.cpu[c]] += threads
+        self._changed()
 
     def _changed(self) -> None:
         """A job started or ended, or a class entered or left its collectives."""
@@ -447,16 +455,6 @@ class _Lockstep:
         if cap is None:
             cap = self._kept[("cap", cpu)] = self.costs.contended_Bps(self.cpu_load_of(cpu))
         return cap
-
-    def _count(self, cpu: int):
-        busy = computing = 0.0
-        for k, job in self.jobs.items():
-            c = self.cls[k]
-            if self.cpu[c] == cpu:
-                busy += self.weights[c] * job[1]
-                if job[2]:
-                    computing += self.weights[c] * job[1]
-        return busy, computing, self._talking[cpu]
 
     def cpu_load_of(self, cpu: int) -> float:
         _, computing, talking = self._tally(cpu)
@@ -654,7 +652,7 @@ class _Lockstep:
                     return
                 self._advance(self.now)
                 self.jobs[k] = [work, threads, compute, self.now]
-                self._changed()
+                self._running(k, self.jobs[k], 1)
                 return
             if kind == "wait":
                 if action[1] > 0:
@@ -706,7 +704,7 @@ class _Lockstep:
                     {k: job for k, job in self.jobs.items() if self.cpu[self.cls[k]] == cpu}
                 for k in finished(on_cpu):
                     job = self.jobs.pop(k)
-                    self._changed()
+                    self._running(k, job, -1)
                     if job[2]:
                         self.compute_s[self.cls[k]] += self.now - job[3]
                     self.ready.append(k)
