@@ -299,19 +299,18 @@ def place_classes(p: int, rounds, ready=None, speed=None, own_cpus: bool = False
     cls = label.astype(np.int64)
     n = int(cls.max()) + 1 if p else 0
     steps = [[] for _ in range(n)]
-    for key, code, partner, share, reduce in rounds:
-        at = np.flatnonzero(code)
-        if at.size and code[at[0]] == RING:
+    for (key, _, _, share, reduce), (code, at, to, _, ring, _) in zip(rounds, timed):
+        if ring:
             sides = {}
             left_of = np.empty(p, dtype=np.int64)
-            left_of[partner[at]] = at
-            for c, q, l in _distinct(n, cls[at], cls[partner[at]], cls[left_of[at]]):
+            left_of[to] = at
+            for c, q, l in _distinct(n, cls[at], cls[to], cls[left_of[at]]):
                 sides.setdefault(c, []).append((q, l))
             for c in sorted(sides):
                 steps[c].append(("ring", key, share, reduce, tuple(sides[c])))
             continue
         met = {}
-        for c, kind, q in _distinct(n, cls[at], code[at], cls[partner[at]]):
+        for c, kind, q in _distinct(n, cls[at], code[at], cls[to]):
             met.setdefault((c, kind), []).append(q)
         for (c, kind), qs in met.items():
             steps[c].append((_KINDS[kind], key, share, reduce and kind != SEND, tuple(qs)))
