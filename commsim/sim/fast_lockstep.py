@@ -509,7 +509,8 @@ class _Lockstep:
         if self.bandwidth is not None:
             per_byte = self.wire / min(self.bandwidth[a], self.bandwidth[b])
         if self.capped:
-            cap = min(self._cap_of(self.cpu[a]), self._cap_of(self.cpu[b]))
+            ca, cb = self.cpu[a], self.cpu[b]
+            cap = self._cap_of(ca) if ca == cb else min(self._cap_of(ca), self._cap_of(cb))
             per_byte = max(per_byte, 1.0 / cap)
         return self.now + nbytes * per_byte + self.latency_s
 
@@ -571,7 +572,7 @@ class _Lockstep:
         where it has several).  Each pair is delivered once both have posted; a class goes on
         when all its pairs are, which must be at one instant, else its ranks would part."""
         c = self.cls[k]
-        inside = message[1:] in self.inside
+        inside = bool(self.inside) and message[1:] in self.inside
         nic = self.inter and not inside
         if kind != "recv":
             self.sent[c] += nbytes
