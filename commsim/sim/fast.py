@@ -103,7 +103,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   doubling algorithm.  That replay is an event simulation of its own (about 1 us an event):
   a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks; an uneven one,
   or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
-  and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``).  The world ring and
+  and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
+  straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
+  for all from there (``_replayed_then_alike``).  The world ring and
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
@@ -521,8 +523,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
                                                       backward_work, backward_end, a)
         except Replay:             # messages would queue on a NIC: every collective at once
-            run = Run(spec, costs, ranks)
-            synced, synced_comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
+            run, synced, synced_comm = _replayed_then_alike(Run(spec, costs, ranks), blocks,
+                                                            algorithm, buckets, start)
         finish = synced + optimizer
         compute = begin + (forward - start) + (backward_end - forward) + optimizer
         comm = comm + synced_comm
@@ -632,7 +634,77 @@ def _rescale_backward(run: Run, t, stretch: float) -> None:
     run.backward_end = np.where(B > t, t + (B - t) * stretch, B)
 
 
-def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast):
+def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start):
+    """``_sync_replayed``'s answer (the run that counted the bytes, when each rank is
+    synchronised, its time in the collectives), but where only the first tensor's all-reduce is uneven, two hosts stand for
+    all after it.
+
+    With every tensor all-reduced after backward (no buckets), a straggler is late to the
+    first all-reduce only; a doubling algorithm over a power of two makes every rank wait for
+    every other, so the ranks may all leave it at one instant per place in their host, with
+    every NIC direction as free as every other.  Where they do (checked to the bit), the rest
+    is a uniform cluster's: two alike hosts' ranks (``Block.alike``) from there, each
+    collective replayed alone where its messages queue, and declined if its times depend on the
+    order in which the DES resumes ranks due at one instant (that order comes from the uneven
+    first tensor, not from rank order).  Elsewhere every tensor is replayed."""
+    spec, costs = run.spec, run.costs
+    tail = None if buckets or len(costs.param_bytes) < 2 else _alike_block(spec, algorithm)
+    if tail is None:
+        synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
+        return run, synced, comm
+    synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start, tensors=1)
+    pair = _alike_state(run, synced, tail.idx.size)
+    try:
+        if pair is None:
+            raise NotExact("the ranks are still uneven")
+        twin = Run(spec, costs, np.arange(tail.idx.size))
+        twin.nics, twin.order_known = pair, False
+        t = synced[:tail.idx.size]
+        later = np.zeros(tail.idx.size)
+        for nbytes in costs.param_bytes[1:]:
+            end = _allreduce(twin, [tail], algorithm, t, nbytes)
+            later, t = later + (end - t), end
+    except NotExact:                       # every tensor, from the start
+        run = Run(spec, costs, run.ranks)
+        synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
+        return run, synced, comm
+    p = spec.world_size
+    for name in ("sent", "received", "nic_sent", "nic_received"):
+        setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), p))
+    return run, _tile(t, p), comm + _tile(later, p)
+
+
+def _alike_block(spec: RunSpec, algorithm: str) -> Block | None:
+    """The block of two alike hosts that stands for a uniform cluster's doubling all-reduces
+    (``_blocks``), where a straggler (not a slow link: that stays) leaves the cluster uniform
+    once it has caught up; None where there is none."""
+    c = spec.cluster
+    p, rph, g = spec.world_size, c.ranks_per_host, spec.group_size or spec.world_size
+    if (algorithm not in ("recursive_doubling", "rabenseifner") or c.slow_links_Bps
+            or rph < 2 or g & (g - 1) or g % (2 * rph) or p % g):
+        return None
+    return Block(np.arange(2 * rph)[None], g, alike=True)
+
+
+def _alike_state(run: Run, synced, width: int):
+    """Two hosts' NIC directions (a ``NicState``) where every rank of ``run`` (the whole
+    world) is synchronised at the same instant as its place in every other host, and every
+    host's NIC directions were freed and last requested at the same instants; else None."""
+    rph = run.rph
+    if np.any(synced.reshape(-1, rph) != synced[:rph]):
+        return None
+    nics = run.nics
+    for x in (*nics.free, *nics.requested):
+        if np.any(x != x[0]):
+            return None
+    pair = fast_queues.NicState(width // rph)
+    pair.free = tuple(np.full(width // rph, x[0]) for x in nics.free)
+    pair.requested = tuple(np.full(width // rph, x[0]) for x in nics.requested)
+    return pair
+
+
+def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast,
+                   tensors: int | None = None):
     """``_sync`` where messages queue on a NIC: every rank's processes as the DES runs them,
     from the start of the iteration (whose CPU events order the ranks that reach a collective
     at one instant), replayed through the NIC queues and the hosts' CPUs
@@ -647,11 +719,13 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     forward by the rank's compute process, which computes backward bucket by bucket
     (signalling each bucket ready), waits for the collectives, then steps.  When each rank
     is synchronised, its time in the collectives, and when its step ends (with
-    ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).""" 
+    ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).
+    ``tensors``: only the first so many tensors' all-reduces (no buckets), synchronised after
+    them."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     fp16 = buckets and spec.compression == "fp16"
-    sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
+    sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
     collectives = [[] for _ in range(n)]
     messages = [[] for _ in range(7)]
     overhead = costs.overhead("all_reduce")
