@@ -24,9 +24,38 @@ byte count above is per iteration: the cycle's divided by k.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from commsim.strategies.base import Timing
+
+
+class PerRank(Sequence):
+    """Each rank's row, per iteration: {rank, finish_s, compute_s, comm_s, bytes_sent,
+    bytes_received}, made when it is asked for (a row a rank made up front is most of what a
+    65,536-rank prediction costs once its engine is done, and a sweep reads none of them)."""
+    __slots__ = ("_timing", "_k")
+
+    def __init__(self, timing: Timing, k: int):
+        self._timing, self._k = timing, k
+
+    def __len__(self) -> int:
+        return len(self._timing.finish_s)
+
+    def __getitem__(self, r):
+        if isinstance(r, slice):
+            return tuple(self[i] for i in range(*r.indices(len(self))))
+        p = len(self)
+        if not -p <= r < p:
+            raise IndexError("rank out of range")
+        r = int(r) % p
+        t, k = self._timing, self._k
+        return {"rank": r, "finish_s": t.finish_s[r] / k, "compute_s": t.compute_s[r] / k,
+                "comm_s": t.comm_s[r] / k, "bytes_sent": t.sent_bytes[r] / k,
+                "bytes_received": t.received_bytes[r] / k}
+
+    def __repr__(self) -> str:
+        return f"PerRank({len(self)} ranks)"
 
 
 @dataclass(frozen=True)
@@ -76,7 +105,8 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
            model_bytes: int, buffer_bytes: int = 0) -> Result:
     p = spec.world_size
     k = spec.sync_every
-    critical = max(range(p), key=lambda r: (timing.finish_s[r], -r))
+    # The last to finish, the lowest rank among those that tie.
+    critical = timing.finish_s.index(max(timing.finish_s))
     iteration = timing.finish_s[critical] / k
     compute = timing.compute_s[critical] / k
     comm = timing.comm_s[critical] / k
@@ -93,14 +123,16 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
     algbw = synced / comm if comm > 0 else 0.0
     c = spec.cluster
     util = 0.0
-    for host in range(c.hosts):
-        bw = c.bandwidth_of(host)
-        busiest = max(timing.nic_tx_bytes[host], timing.nic_rx_bytes[host]) / k
-        util = max(util, busiest / (bw * iteration) if iteration > 0 else 0.0)
-    per_rank = tuple(
-        {"rank": r, "finish_s": timing.finish_s[r] / k, "compute_s": timing.compute_s[r] / k,
-         "comm_s": timing.comm_s[r] / k, "bytes_sent": timing.sent_bytes[r] / k,
-         "bytes_received": timing.received_bytes[r] / k} for r in range(p))
+    if iteration > 0:
+        # The busiest direction of the hosts of each bandwidth (dividing by one positive number
+        # keeps the order, to the rounding: the same maximum as host by host).
+        busiest = list(map(max, timing.nic_tx_bytes, timing.nic_rx_bytes))
+        slow = [(busiest[h], bw) for h, bw in c.slow_links_Bps.items()]
+        for h in c.slow_links_Bps:
+            busiest[h] = -math.inf
+        for most, bw in (*slow, (max(busiest), c.nic_bandwidth_Bps)):
+            if most > -math.inf:            # (every host slow: none at the nominal rate)
+                util = max(util, most / k / (bw * iteration))
     ddp_buffers = (strategy.broadcasts_buffers and p > 1)
     buffer_sent = (buffer_bytes * (p - 1) / p / k
                    if ddp_buffers and spec.broadcast_buffers else 0.0)
@@ -118,4 +150,4 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
         algbw_Bps=algbw, busbw_Bps=algbw * strategy.bus_factor(group),
         link_bandwidth_Bps=c.nic_bandwidth_Bps, link_utilization=util, critical_rank=critical,
         buffer_bytes_sent_per_rank=buffer_sent, startup_bytes_received_per_rank=startup,
-        sync_every=k, per_rank=per_rank, intervals=timing.intervals)
+        sync_every=k, per_rank=PerRank(timing, k), intervals=timing.intervals)
