@@ -105,7 +105,8 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
   and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
-  for all from there (``_replayed_then_alike``).  The world ring and
+  for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
+  tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed).  The world ring and
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
@@ -636,8 +637,8 @@ def _rescale_backward(run: Run, t, stretch: float) -> None:
 
 def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start):
     """``_sync_replayed``'s answer (the run that counted the bytes, when each rank is
-    synchronised, its time in the collectives), but where only the first tensor's all-reduce is uneven, two hosts stand for
-    all after it.
+    synchronised, its time in the collectives), but where only the first tensor's all-reduce
+    is uneven, two hosts stand for all after it.
 
     With every tensor all-reduced after backward (no buckets), a straggler is late to the
     first all-reduce only; a doubling algorithm over a power of two makes every rank wait for
@@ -646,19 +647,27 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     is a uniform cluster's: two alike hosts' ranks (``Block.alike``) from there, each
     collective replayed alone where its messages queue, and declined if its times depend on the
     order in which the DES resumes ranks due at one instant (that order comes from the uneven
-    first tensor, not from rank order).  Elsewhere every tensor is replayed."""
+    first tensor, not from rank order).  The first tensor itself goes by class where one
+    straggler's delay travels through the hosts as a wave (``_wave``), else every rank is
+    replayed.  Elsewhere every tensor is replayed."""
     spec, costs = run.spec, run.costs
     tail = None if buckets or len(costs.param_bytes) < 2 else _alike_block(spec, algorithm)
     if tail is None:
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
         return run, synced, comm
-    synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start, tensors=1)
-    pair = _alike_state(run, synced, tail.idx.size)
+    first = _wave(spec, costs, algorithm)
+    if first is None:
+        synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start, tensors=1)
+        pair = _alike_state(run, synced, tail.idx.size)
+    else:
+        synced, comm, pair = first
     try:
         if pair is None:
             raise NotExact("the ranks are still uneven")
         twin = Run(spec, costs, np.arange(tail.idx.size))
         twin.nics, twin.order_known = pair, False
+        if first is not None:              # its bytes, as every rank of a uniform cluster's
+            SCHEDULES[algorithm](twin, tail).account(costs.param_bytes[0])
         t = synced[:tail.idx.size]
         later = np.zeros(tail.idx.size)
         for nbytes in costs.param_bytes[1:]:
@@ -672,6 +681,105 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     for name in ("sent", "received", "nic_sent", "nic_received"):
         setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), p))
     return run, _tile(t, p), comm + _tile(later, p)
+
+
+def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
+    """The first tensor's all-reduce by recursive doubling or Rabenseifner over a power of two
+    of hosts whose only uneven rank is one straggler, by class: when each rank is
+    synchronised, its time in the all-reduce, and two hosts' NIC directions as every host
+    leaves them (a ``NicState``); None where this does not apply or a check fails.
+
+    The doubling steps between hosts flip the host's bits in a fixed order (recursive
+    doubling from the lowest, Rabenseifner's halving from the highest).  Before the step that
+    flips bit b_k, the straggler's host h0 has met exactly the hosts that differ from it in
+    b_0 .. b_(k-1) (its block); a host whose difference from h0 has b_k as its last bit in
+    that order (class k) has met only hosts of its class, which started alike: its class acts
+    alike.  At step k every block host meets a class-k host; if the pair (h0, h0 ^ 2^b_k)
+    leaves that step alike (each of its messages released its directions at the same
+    instant as its mirror; checked to the bit), every block host and every class-k host do,
+    and the block grows by class k.  After the last bit everyone is in the block
+    (Rabenseifner's doubling steps then pair alike hosts).
+
+    Steps: one process per rank of 2n+2 hosts (n = log2 hosts): h0; per class k a host R_k
+    (h0 ^ 2^b_k) and a twin (R_k ^ 2^b_0) standing for the class-k hosts it meets before
+    step k; a spare.  Step k pairs h0 with R_k and each other R_j with its twin; class k's
+    twin, past its use, with the spare, and classes already in the block with their twins
+    (their own hosts and NICs only, their times unused).  The compute and the first tensor
+    are replayed from the start of the iteration (``_sync_replayed``, the messages' release
+    times noted), and every rank takes h0's synchronisation instant for its place in the host.
+    """
+    c = spec.cluster
+    p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
+    n = hosts.bit_length() - 1
+    if (len(spec.stragglers) != 1 or (spec.group_size or p) != p or rph & (rph - 1)
+            or 2 * n + 2 >= hosts):
+        return None
+    straggler, = spec.stragglers
+    h0 = straggler // rph
+    bits = list(range(n)) if algorithm == "recursive_doubling" else list(range(n))[::-1]
+    rep = [h0 ^ (1 << b) for b in bits]
+    twin = [None] + [rep[k] ^ (1 << bits[0]) for k in range(1, n)]
+    spare = (h for h in range(hosts) if h not in {h0, *rep, *twin})
+    twin[0], extra = next(spare), next(spare)
+    slots = sorted({h0, extra, *rep, *twin})
+    at = {h: i for i, h in enumerate(slots)}
+    width = len(slots) * rph
+    position = np.arange(width)
+    slot, local = position // rph, position % rph
+
+    def mates(k: int) -> np.ndarray:
+        """Per slot, its partner's slot at the step flipping b_k."""
+        other = {h0: rep[k], rep[k]: h0, extra: twin[k], twin[k]: extra}
+        for j in range(n):
+            if j != k:
+                other[rep[j]], other[twin[j]] = twin[j], rep[j]
+        return np.array([at[other[h]] for h in slots])
+
+    def partners():
+        seen = set()
+
+        def partner(d: int) -> np.ndarray:
+            if d < rph:                               # inside each host
+                return slot * rph + (local ^ d)
+            b = (d // rph).bit_length() - 1
+            k = n - 1 if b in seen else bits.index(b)   # Rabenseifner's second pass: alike
+            seen.add(b)
+            return mates(k)[slot] * rph + local
+        return partner
+
+    ranks = np.array([h * rph + i for h in slots for i in range(rph)])
+    run = Run(spec, costs, ranks)
+    run.replays = True
+    run.released = {}
+    block = Block(position[None], p, partners=partners)
+    synced, comm, _ = _sync_replayed(run, [block], algorithm, False, np.zeros(width),
+                                     tensors=1)
+    # The steps in order, as the schedule takes them: their distances, and per step between
+    # hosts which class meets h0 (the messages of a step are numbered by position).
+    steps = [1 << i for i in range(p.bit_length() - 1)]
+    if algorithm == "rabenseifner":
+        steps = steps[::-1] + steps
+    seen, mine, theirs = set(), [], []
+    for i, d in enumerate(steps):
+        if d < rph:
+            continue
+        b = (d // rph).bit_length() - 1
+        k = n - 1 if b in seen else bits.index(b)
+        seen.add(b)
+        mine += (i * width + at[h0] * rph + np.arange(rph)).tolist()
+        theirs += (i * width + at[rep[k]] * rph + np.arange(rph)).tolist()
+    released = run.released
+    if any(released.get(a) != released.get(b) for a, b in zip(mine, theirs)):
+        return None
+    first, last = at[h0] * rph, at[rep[-1]] * rph
+    if np.any(synced[first:first + rph] != synced[last:last + rph]):
+        return None
+    pair = fast_queues.NicState(2)
+    pair.free = tuple(np.full(2, x[h0]) for x in run.nics.free)
+    pair.requested = tuple(np.full(2, max(x[h0], x[rep[-1]])) for x in run.nics.requested)
+    comm_all = np.tile(comm[last:last + rph], hosts)
+    comm_all[h0 * rph:(h0 + 1) * rph] = comm[first:first + rph]
+    return np.tile(synced[first:first + rph], hosts), comm_all, pair
 
 
 def _alike_block(spec: RunSpec, algorithm: str) -> Block | None:

@@ -26,6 +26,7 @@ talks to many ranks at once (``fast`` handles that queue itself).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,11 +108,16 @@ class Block:
              host: the ring of hosts' first ranks); None otherwise.
     alike:   the row is two hosts' ranks standing for a power of two of them (``size``) on
              alike hosts, for the doubling algorithms (``_folded``).
+    partners: for a row of ranks standing for a power of two of them (``size``) by class, the
+             doubling algorithms' partners: called once per schedule built, it gives a map
+             from each step's distance (in the order the steps come) to each position's
+             partner (``fast._wave``).
     """
     idx: np.ndarray
     size: int
     stride: int | None = None
     alike: bool = False
+    partners: Callable[[], Callable[[int], np.ndarray]] | None = None
 
 
 class Run:
@@ -160,6 +166,9 @@ class Run:
         # seconds inside collectives, per process.
         self.sharing = False
         self.compute_s = self.comm_s = None
+        # Where a replay notes when each message released its NIC directions (message ->
+        # time; ``fast._wave``); None: nowhere.
+        self.released = None
         # Whether ranks due at one instant on alike hosts resume in rank order in the DES, as
         # a uniform cluster's do from the start; not after an uneven collective
         # (``fast._replayed_then_alike``): a replay then checks that its times do not depend
@@ -894,7 +903,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                 multiplicity=run.p / run.ranks.size if pool else 1.0)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
-                                    cpus=cpus)
+                                    cpus=cpus, released=run.released)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
@@ -980,7 +989,9 @@ def _folded(sched: Schedule, blk: Block, gamma: float, average: bool, power_of_t
     the rank's place in its host) is the rank's twin on the other host, whose times equal
     those of the real partner by symmetry."""
     width = blk.idx.shape[1]
-    if blk.alike:
+    if blk.partners is not None:
+        power_of_two(sched, np.arange(width), blk.size, blk.partners())
+    elif blk.alike:
         survivors, local = np.arange(width), width // 2
         power_of_two(sched, survivors, blk.size, lambda d: survivors ^ min(d, local))
     else:

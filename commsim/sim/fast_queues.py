@@ -239,7 +239,8 @@ class _Direction:
 
 
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
-             compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None):
+             compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
+             released: dict | None = None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -272,6 +273,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     nics:      the run's NicState: directions busy before are waited for; a request earlier
                than one an earlier collective made on that direction raises NotExact (the DES
                would have served this one first, and the earlier collective's times change).
+    released:  where given, each message between hosts -> when it released its directions.
 
     Steps: every process resumes at its start (in ``order`` for ties) and runs its program
     until it waits: a reduction or compute is a job on its host's CPU, whose one timer (for
@@ -286,6 +288,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     later; a rank waiting for its messages resumes when they all are delivered.
     """
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
+    noted = released
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
     hosts = np.unique(host)                    # the hosts of these ranks: their NICs
@@ -495,6 +498,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     if t > newest_free[d].get(h, never):
                         newest_free[d][h] = t
                     bucket.append((released, h))
+                if noted is not None:
+                    noted[what] = t
                 push(t + lat[what], _DELIVERED, what)
             elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
                 h, version = what
