@@ -735,15 +735,20 @@ def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
                 other[rep[j]], other[twin[j]] = twin[j], rep[j]
         return np.array([at[other[h]] for h in slots])
 
+    meets = []          # per step, as the schedule takes them: the class meeting h0 (None: none)
+
     def partners():
+        meets.clear()
         seen = set()
 
         def partner(d: int) -> np.ndarray:
             if d < rph:                               # inside each host
+                meets.append(None)
                 return slot * rph + (local ^ d)
             b = (d // rph).bit_length() - 1
             k = n - 1 if b in seen else bits.index(b)   # Rabenseifner's second pass: alike
             seen.add(b)
+            meets.append(k)
             return mates(k)[slot] * rph + local
         return partner
 
@@ -754,20 +759,12 @@ def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
     block = Block(position[None], p, partners=partners)
     synced, comm, _ = _sync_replayed(run, [block], algorithm, False, np.zeros(width),
                                      tensors=1)
-    # The steps in order, as the schedule takes them: their distances, and per step between
-    # hosts which class meets h0 (the messages of a step are numbered by position).
-    steps = [1 << i for i in range(p.bit_length() - 1)]
-    if algorithm == "rabenseifner":
-        steps = steps[::-1] + steps
-    seen, mine, theirs = set(), [], []
-    for i, d in enumerate(steps):
-        if d < rph:
-            continue
-        b = (d // rph).bit_length() - 1
-        k = n - 1 if b in seen else bits.index(b)
-        seen.add(b)
-        mine += (i * width + at[h0] * rph + np.arange(rph)).tolist()
-        theirs += (i * width + at[rep[k]] * rph + np.arange(rph)).tolist()
+    # Each step's messages are numbered by position, one step after another.
+    mine, theirs = [], []
+    for i, k in enumerate(meets):
+        if k is not None:
+            mine += (i * width + at[h0] * rph + np.arange(rph)).tolist()
+            theirs += (i * width + at[rep[k]] * rph + np.arange(rph)).tolist()
     released = run.released
     if any(released.get(a) != released.get(b) for a, b in zip(mine, theirs)):
         return None
