@@ -771,9 +771,8 @@ def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
     first, last = at[h0] * rph, at[rep[-1]] * rph
     if np.any(synced[first:first + rph] != synced[last:last + rph]):
         return None
-    pair = fast_queues.NicState(2)
-    pair.free = tuple(np.full(2, x[h0]) for x in run.nics.free)
-    pair.requested = tuple(np.full(2, max(x[h0], x[rep[-1]])) for x in run.nics.requested)
+    pair = fast_queues.NicState.alike(2, [x[h0] for x in run.nics.free],
+                                      [max(x[h0], x[rep[-1]]) for x in run.nics.requested])
     comm_all = np.tile(comm[last:last + rph], hosts)
     comm_all[h0 * rph:(h0 + 1) * rph] = comm[first:first + rph]
     return np.tile(synced[first:first + rph], hosts), comm_all, pair
@@ -802,10 +801,8 @@ def _alike_state(run: Run, synced, width: int):
     for x in (*nics.free, *nics.requested):
         if np.any(x != x[0]):
             return None
-    pair = fast_queues.NicState(width // rph)
-    pair.free = tuple(np.full(width // rph, x[0]) for x in nics.free)
-    pair.requested = tuple(np.full(width // rph, x[0]) for x in nics.requested)
-    return pair
+    return fast_queues.NicState.alike(width // rph, [x[0] for x in nics.free],
+                                      [x[0] for x in nics.requested])
 
 
 def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast,

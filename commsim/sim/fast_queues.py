@@ -60,6 +60,15 @@ class NicState:
         self.free = (np.full(hosts, -np.inf), np.full(hosts, -np.inf))        # tx, rx
         self.requested = (np.full(hosts, -np.inf), np.full(hosts, -np.inf))
 
+    @classmethod
+    def alike(cls, hosts: int, free: tuple, requested: tuple) -> "NicState":
+        """``hosts`` hosts whose (transmit, receive) directions were all freed at ``free`` and
+        last requested at ``requested``."""
+        state = cls(0)
+        state.free = tuple(np.full(hosts, float(x)) for x in free)
+        state.requested = tuple(np.full(hosts, float(x)) for x in requested)
+        return state
+
     def copy(self) -> "NicState":
         other = NicState(0)
         other.free = tuple(x.copy() for x in self.free)
@@ -288,7 +297,6 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     later; a rank waiting for its messages resumes when they all are delivered.
     """
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
-    noted = released
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
     hosts = np.unique(host)                    # the hosts of these ranks: their NICs
@@ -492,14 +500,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 bucket.append((_DONE, 2 * what))
                 bucket.append((_DONE, 2 * what + 1))
             elif kind == _END:                         # release receive, then transmit
-                for d, h, released in ((1, rx_host[what], _RX_RELEASED),
+                for d, h, event in ((1, rx_host[what], _RX_RELEASED),
                                        (0, tx_host[what], _TX_RELEASED)):
                     directions[d][h].holder = None
                     if t > newest_free[d].get(h, never):
                         newest_free[d][h] = t
-                    bucket.append((released, h))
-                if noted is not None:
-                    noted[what] = t
+                    bucket.append((event, h))
+                if released is not None:
+                    released[what] = t
                 push(t + lat[what], _DELIVERED, what)
             elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
                 h, version = what
