@@ -150,6 +150,31 @@ def test_a_straggler_s_first_all_reduce_goes_by_class(monkeypatch, algorithm, ho
     assert (taken[0] is None) == (local == 4)
 
 
+@pytest.mark.parametrize("algorithm", DOUBLING)
+@pytest.mark.parametrize("hosts, straggler, kw, profile, by_class", [
+    (32, {40: 1.5}, {}, PROFILE, True),
+    (16, {5: 1.5}, dict(compression="fp16", sync_every=2), DISTINCT, True),
+    (32, {3: 1.3}, dict(overlap=False, broadcast_buffers=False), PROFILE, True),
+    (16, {31: 0.7}, {}, PROFILE, False)],
+    ids=lambda x: {id(PROFILE): "toy", id(DISTINCT): "distinct"}.get(id(x), str(x)))
+def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, straggler, kw,
+                                           profile, by_class):
+    """DDP over two ranks a host: the straggler's backward holds each bucket back anew, and
+    each bucket's all-reduce goes by class from hosts alike but for its host
+    (``fast._wave_buckets``), the DES's times; where the order of hosts due at one instant
+    decides who takes a NIC first (a straggler faster than the rest, on the toy profile),
+    every rank is replayed instead, and the DES's times again."""
+    from commsim.sim import fast
+
+    taken = []
+    waved = fast._wave_buckets
+    monkeypatch.setattr(fast, "_wave_buckets",
+                        lambda *a: taken.append(waved(*a)) or taken[-1])
+    check("ddp", hosts, profile, algorithm=algorithm, ranks_per_host=2, stragglers=straggler,
+          cores_per_host=64, **kw)
+    assert len(taken) == 1 and (taken[0] is not None) == by_class
+
+
 def test_binomial_ps_on_shared_hosts():
     check("ps", 3, algorithm="binomial", ranks_per_host=2, cores_per_host=4,
           stragglers={3: 1.5}, sync_every=2)

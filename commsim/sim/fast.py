@@ -106,7 +106,8 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
   for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
-  tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed).  The world ring and
+  tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed), as do DDP's buckets
+  with two ranks a host, each bucket alone (``_wave_buckets``).  The world ring and
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
@@ -121,6 +122,8 @@ from __future__ import annotations
 import gc
 import math
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -524,8 +527,12 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
                                                       backward_work, backward_end, a)
         except Replay:             # messages would queue on a NIC: every collective at once
-            run, synced, synced_comm = _replayed_then_alike(Run(spec, costs, ranks), blocks,
-                                                            algorithm, buckets, start)
+            by_class = _wave_buckets(spec, costs, algorithm, forward, backward_work,
+                                     backward_end, a) if buckets else None
+            if by_class is None:
+                by_class = _replayed_then_alike(Run(spec, costs, ranks), blocks, algorithm,
+                                                buckets, start)
+            run, synced, synced_comm = by_class
         finish = synced + optimizer
         compute = begin + (forward - start) + (backward_end - forward) + optimizer
         comm = comm + synced_comm
@@ -582,10 +589,12 @@ def _runs(spec: RunSpec, costs: CostInputs, buckets: bool, broadcast_buffers: bo
 
 
 def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_work,
-          backward_end, a: float):
+          backward_end, a: float, allreduce=None):
     """``ring_like``'s all-reduces, collective by collective over all ranks at once: when
     each rank is synchronised, its time in them, and when its backward ends.  Raises
-    ``Replay`` where their messages would queue on a NIC."""
+    ``Replay`` where their messages would queue on a NIC.  ``allreduce(launch, nbytes)``: when
+    each rank leaves a DDP bucket's collective launched at ``launch`` (by default, the
+    blocks')."""
     spec, costs = run.spec, run.costs
     comm = np.zeros(backward_end.size)
     if not buckets:
@@ -596,6 +605,9 @@ def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_wor
             synced = end
         return synced, comm, backward_end
     fp16 = spec.compression == "fp16"
+    if allreduce is None:
+        def allreduce(launch, nbytes):
+            return _allreduce(run, blocks, algorithm, launch, nbytes, fp16=fp16)
     # Reductions compete with backward only if they can start before it ends.
     if spec.overlap and run.r < run.a:
         run.backward_end = backward_end.copy()
@@ -619,7 +631,7 @@ def _sync(run: Run, blocks, algorithm: str, buckets: bool, forward, backward_wor
         if contention:
             _rescale_backward(run, launch, 1.0 / run.speed)
             run.contended = True
-        end = _allreduce(run, blocks, algorithm, launch, bucket.bytes, fp16=fp16)
+        end = allreduce(launch, bucket.bytes)
         if contention:
             _rescale_backward(run, end, run.speed)
             run.contended = False
@@ -683,11 +695,48 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     return run, _tile(t, p), comm + _tile(later, p)
 
 
-def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
-    """The first tensor's all-reduce by recursive doubling or Rabenseifner over a power of two
-    of hosts whose only uneven rank is one straggler, by class: when each rank is
-    synchronised, its time in the all-reduce, and two hosts' NIC directions as every host
-    leaves them (a ``NicState``); None where this does not apply or a check fails.
+@dataclass(frozen=True)
+class _Wave:
+    """The hosts a straggler's doubling all-reduce is replayed on by class (``_wave_plan``).
+
+    ranks:  the replayed ranks, host by host (global numbers).
+    block:  the collective among them, its partners those of the plan.
+    alike:  alike(released): whether, in a replay of one collective (each message's release
+            instant by its number), the straggler's host h0 and each class's host left every
+            step between them at the same instants, message for message.
+    first, last: the position of h0's first rank and of R_(n-1)'s (the host that meets h0
+            last) among ``ranks``; h0, h_last: those hosts.
+    rph:    ranks per host.
+    """
+    rph: int
+    ranks: np.ndarray
+    block: Block
+    alike: Callable[[dict], bool]
+    first: int
+    last: int
+    h0: int
+    h_last: int
+
+    def leaving(self, nics: fast_queues.NicState, hosts: int) -> fast_queues.NicState:
+        """``hosts`` hosts' NIC directions as every host leaves the collective just replayed
+        (h0's instants; the later of the two requests)."""
+        return fast_queues.NicState.alike(hosts, [x[self.h0] for x in nics.free],
+                                          [max(x[self.h0], x[self.h_last])
+                                           for x in nics.requested])
+
+    def spread(self, x, hosts: int) -> np.ndarray:
+        """Per rank of every host, a per-replayed-rank quantity: h0's ranks their own, every
+        other rank that of its place on R_(n-1)'s host."""
+        rph = self.rph
+        out = np.tile(x[self.last:self.last + rph], hosts)
+        out[self.h0 * rph:(self.h0 + 1) * rph] = x[self.first:self.first + rph]
+        return out
+
+
+def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
+    """The hosts on which a recursive doubling or Rabenseifner all-reduce over a power of two
+    of hosts whose only uneven rank is one straggler goes by class, and its checks; None
+    where this does not apply.
 
     The doubling steps between hosts flip the host's bits in a fixed order (recursive
     doubling from the lowest, Rabenseifner's halving from the highest).  Before the step that
@@ -704,9 +753,8 @@ def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
     (h0 ^ 2^b_k) and a twin (R_k ^ 2^b_0) standing for the class-k hosts it meets before
     step k; a spare.  Step k pairs h0 with R_k and each other R_j with its twin; class k's
     twin, past its use, with the spare, and classes already in the block with their twins
-    (their own hosts and NICs only, their times unused).  The compute and the first tensor
-    are replayed from the start of the iteration (``_sync_replayed``, the messages' release
-    times noted), and every rank takes h0's synchronisation instant for its place in the host.
+    (their own hosts and NICs only, their times unused: no host is in their states after
+    it, so a replay by class covers one all-reduce from hosts alike but for h0).
     """
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
@@ -753,29 +801,104 @@ def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
         return partner
 
     ranks = np.array([h * rph + i for h in slots for i in range(rph)])
-    run = Run(spec, costs, ranks)
+
+    def alike(released: dict) -> bool:
+        # Each step's messages are numbered by position, one step after another.
+        for i, k in enumerate(meets):
+            if k is not None:
+                mine, theirs = i * width + at[h0] * rph, i * width + at[rep[k]] * rph
+                if any(released.get(mine + j) != released.get(theirs + j) for j in range(rph)):
+                    return False
+        return True
+
+    return _Wave(rph, ranks, Block(position[None], p, partners=partners), alike, at[h0] * rph,
+                 at[rep[-1]] * rph, h0, rep[-1])
+
+
+def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
+    """The first tensor's all-reduce by recursive doubling or Rabenseifner over a power of two
+    of hosts whose only uneven rank is one straggler, by class (``_wave_plan``): when each
+    rank is synchronised, its time in the all-reduce, and two hosts' NIC directions as every
+    host leaves them (a ``NicState``); None where this does not apply or a check fails.  The
+    compute and the first tensor are replayed from the start of the iteration
+    (``_sync_replayed``, the messages' release times noted), and every rank takes h0's
+    synchronisation instant for its place in the host."""
+    plan = _wave_plan(spec, algorithm)
+    if plan is None:
+        return None
+    rph, hosts = plan.rph, spec.cluster.hosts
+    run = Run(spec, costs, plan.ranks)
     run.replays = True
     run.released = {}
-    block = Block(position[None], p, partners=partners)
-    synced, comm, _ = _sync_replayed(run, [block], algorithm, False, np.zeros(width),
-                                     tensors=1)
-    # Each step's messages are numbered by position, one step after another.
-    mine, theirs = [], []
-    for i, k in enumerate(meets):
-        if k is not None:
-            mine += (i * width + at[h0] * rph + np.arange(rph)).tolist()
-            theirs += (i * width + at[rep[k]] * rph + np.arange(rph)).tolist()
-    released = run.released
-    if any(released.get(a) != released.get(b) for a, b in zip(mine, theirs)):
+    synced, comm, _ = _sync_replayed(run, [plan.block], algorithm, False,
+                                     np.zeros(plan.ranks.size), tensors=1)
+    first, last = plan.first, plan.last
+    if not plan.alike(run.released) or np.any(synced[first:first + rph]
+                                              != synced[last:last + rph]):
         return None
-    first, last = at[h0] * rph, at[rep[-1]] * rph
-    if np.any(synced[first:first + rph] != synced[last:last + rph]):
+    return (np.tile(synced[first:first + rph], hosts), plan.spread(comm, hosts),
+            plan.leaving(run.nics, 2))
+
+
+def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, backward_work,
+                  backward_end, a: float):
+    """``_sync``'s answer for DDP's buckets (the run that counted the bytes, when each rank
+    is synchronised, its time in the collectives) where each bucket's all-reduce goes by class
+    (``_wave_plan``), two ranks a host; None where it does not apply or a check fails.
+
+    The straggler's backward holds every bucket back anew, so every bucket starts with its
+    host h0 uneven, as a straggler's first tensor does; if every host leaves a bucket alike
+    (the plan's checks), the next one starts so again.  The hosts standing for classes end a
+    bucket in states no host has, so each bucket is replayed alone (``Schedule.run``) from
+    ``_sync``'s launch instants, every replayed host taking h0's state where it left the last
+    bucket (its end, its NIC directions).  At the start of a bucket the ranks of a host due
+    at one instant resume in rank order, as they ended the last bucket or reached it in
+    backward (the broadcast's tree, too, leaves a host's two ranks so: the first's last send
+    is to the second); the order of hosts must not matter (``replay`` checks)."""
+    c = spec.cluster
+    if c.ranks_per_host != 2 or _alike_block(spec, algorithm) is None:
         return None
-    pair = fast_queues.NicState.alike(2, [x[h0] for x in run.nics.free],
-                                      [max(x[h0], x[rep[-1]]) for x in run.nics.requested])
-    comm_all = np.tile(comm[last:last + rph], hosts)
-    comm_all[h0 * rph:(h0 + 1) * rph] = comm[first:first + rph]
-    return np.tile(synced[first:first + rph], hosts), comm_all, pair
+    plan = _wave_plan(spec, algorithm)
+    if plan is None:
+        return None
+    rph, hosts, ranks = plan.rph, c.hosts, plan.ranks
+    run = Run(spec, costs, ranks)
+    run.order_known, run.hosts_in_order = False, True
+    first, last = plan.first, plan.last
+    fp16 = spec.compression == "fp16"
+
+    def allreduce(launch, nbytes):
+        run.released = {}
+        end = _allreduce(run, [plan.block], algorithm, launch, nbytes, fp16=fp16)
+        if (not run.released or not plan.alike(run.released)
+                or np.any(end[first:first + rph] != end[last:last + rph])):
+            raise NotExact("a straggler's bucket does not go by class")
+        run.nics = plan.leaving(run.nics, hosts)
+        return np.tile(end[first:first + rph], ranks.size // rph)
+
+    try:
+        synced, comm, _ = _sync(run, [plan.block], algorithm, True, forward[ranks],
+                                backward_work[ranks], backward_end[ranks], a,
+                                allreduce=allreduce)
+    except (NotExact, Replay):
+        return None
+    whole = Run(spec, costs, np.arange(spec.world_size))
+    _account_alike(whole, _alike_block(spec, algorithm), algorithm,
+                   [b.bytes for b in costs.buckets], fp16)
+    return whole, plan.spread(synced, hosts), plan.spread(comm, hosts)
+
+
+def _account_alike(run: Run, tail: Block, algorithm: str, sizes, fp16: bool) -> None:
+    """Adds to ``run`` (every rank) the bytes of a doubling all-reduce of each of ``sizes``
+    (halved with ``fp16``), as every rank of a uniform cluster sends and receives them: those
+    of two alike hosts (``tail``), tiled."""
+    spec, costs = run.spec, run.costs
+    twin = Run(spec, costs, np.arange(tail.idx.size))
+    sched = SCHEDULES[algorithm](twin, tail)
+    for nbytes in sizes:
+        sched.account(nbytes / 2 if fp16 else nbytes)
+    for name in ("sent", "received", "nic_sent", "nic_received"):
+        setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), spec.world_size))
 
 
 def _alike_block(spec: RunSpec, algorithm: str) -> Block | None:

@@ -174,6 +174,9 @@ class Run:
         # (``fast._replayed_then_alike``): a replay then checks that its times do not depend
         # on that order.
         self.order_known = True
+        # Where it is not: whether a host's ranks due at one instant still resume in rank order
+        # among themselves (``fast._wave_buckets``): then only the hosts' order is checked.
+        self.hosts_in_order = False
         if self.shared_nics:
             self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
             self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
@@ -767,7 +770,7 @@ class Schedule:
                 whole[k] = program
             finish, _ = replay(run, messages, whole, start.ravel(), flat,
                                order_known=(self.alike or uniform_cluster(run.spec))
-                               and run.order_known)
+                               and run.order_known, hosts_in_order=run.hosts_in_order)
             T = finish[idx]
         self.account(nbytes)
         return T
@@ -865,7 +868,7 @@ class Replay(Exception):
 
 
 def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 0,
-           order_known: bool = True, together: int = 0):
+           order_known: bool = True, hosts_in_order: bool = False, together: int = 0):
     """``fast_queues.simulate`` of ``programs`` (one per process: the run's ranks, or with
     ``pairs`` two per rank), with the run's links, Gloo threads, compute rate and NICs, from
     ``start`` (for ``processes``, indices into the programs; the others start when spawned):
@@ -877,7 +880,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     (``order_known`` false: a broadcast before, whose ranks leave in the order they got the
     buffers), the times must not depend on it: the processes starting at one instant are
     replayed in reverse order and in ``_ORDERS`` random orders too, and the run declined if
-    any end or mark differs.
+    any end or mark differs; with ``hosts_in_order`` (a host's ranks are known to start in
+    rank order among themselves) only the hosts' places are reversed and shuffled.
     """
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
@@ -894,7 +898,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     def gloo(k, t, work):
         return t + work / run.b
 
-    def simulate(order, nics):
+    def simulate(order, nics, released=None):
         cpus = None
         if run.sharing:
             cpus = fast_queues.SharedCpus(
@@ -903,7 +907,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                 multiplicity=run.p / run.ranks.size if pool else 1.0)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
-                                    cpus=cpus, released=run.released)
+                                    cpus=cpus, released=released)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
@@ -912,12 +916,20 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     if run.nics is None:                 # one host: nothing crosses a NIC
         run.nics = NicState(run.spec.cluster.hosts)
     before = run.nics.copy()
-    finish, marks = simulate(run.ranks[rank].tolist(), run.nics)
+    ranks = run.ranks[rank]
+    finish, marks = simulate(ranks.tolist(), run.nics, run.released)
     if not order_known:
         after = run.nics
         rng = np.random.default_rng(0)
         times = np.concatenate([finish, *marks])
-        for order in (-run.ranks[rank], *(rng.permutation(count) for _ in range(_ORDERS))):
+        if hosts_in_order:
+            host, local = ranks // run.rph, ranks % run.rph
+            orders = [-host * run.rph + local,
+                      *(rng.permutation(int(host.max()) + 1)[host] * run.rph + local
+                        for _ in range(_ORDERS))]
+        else:
+            orders = [-ranks, *(rng.permutation(count) for _ in range(_ORDERS))]
+        for order in orders:
             run.nics = before.copy()
             again, also = simulate(order.tolist(), run.nics)
             if not np.allclose(times, np.concatenate([again, *also]), rtol=1e-12, atol=0.0):
