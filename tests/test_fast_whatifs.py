@@ -16,6 +16,7 @@ from commsim.api import Scenario, predict
 from commsim.errors import UserError
 from commsim.profile import ParamSpec
 from commsim.sim.fast_collectives import RingPaths, window_max
+from profiles import make_profile
 from test_fast_engine import ONE_TENSOR, PROFILE, THREADS, assert_same, both
 
 
@@ -36,6 +37,11 @@ def distinct(profile):
 
 
 DISTINCT = distinct(PROFILE)
+# A first tensor of 9.4 MB (VGG-11's largest), the rest as the toy profile's.
+BIG_FIRST = make_profile(param_bytes=(9_437_184, 1_500_000, 600_000, 400_000), latency_s=5e-5,
+                         bandwidth_Bps=125e6, gamma_s_per_B=1e-8,
+                         overheads={"all_reduce": 3e-4, "gather": 2e-4, "scatter": 1e-4},
+                         ready=(1.0, 0.7, 0.4, 0.2), threads=THREADS)
 
 ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree", "hierarchical")
 
@@ -136,10 +142,11 @@ def test_two_hosts_stand_for_all_once_a_straggler_has_caught_up(monkeypatch, alg
     *((a, 16, 4, {6: 1.4}) for a in DOUBLING)])
 def test_a_straggler_s_first_all_reduce_goes_by_class(monkeypatch, algorithm, hosts, local,
                                                         straggler):
-    """Over 16 hosts and more, the straggler's first all-reduce is replayed on 2 log2(hosts)
-    + 2 of them, its delay reaching the others class by class (``fast._wave``); the DES's
-    times where the classes leave each step alike, and every rank replayed where they do not
-    (on the toy profile, four ranks a host: a host's ranks leave in their NIC's order)."""
+    """Over 16 hosts and more, the straggler's first recursive doubling is replayed on
+    2 log2(hosts) + 2 of them, its delay reaching the others class by class (``fast._wave``);
+    the DES's times where the classes leave each step alike, and every rank replayed where
+    they do not (on the toy profile, four ranks a host: a host's ranks leave in their NIC's
+    order), and for Rabenseifner (``test_rabenseifner_goes_rank_by_rank``)."""
     from commsim.sim import fast
 
     taken = []
@@ -147,7 +154,7 @@ def test_a_straggler_s_first_all_reduce_goes_by_class(monkeypatch, algorithm, ho
     monkeypatch.setattr(fast, "_wave", lambda *a: taken.append(wave(*a)) or taken[-1])
     check("ring", hosts, algorithm=algorithm, ranks_per_host=local, stragglers=straggler)
     assert len(taken) == 1
-    assert (taken[0] is None) == (local == 4)
+    assert (taken[0] is None) == (local == 4 or algorithm == "rabenseifner")
 
 
 @pytest.mark.parametrize("algorithm", DOUBLING)
@@ -172,7 +179,23 @@ def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, stragg
                         lambda *a: taken.append(waved(*a)) or taken[-1])
     check("ddp", hosts, profile, algorithm=algorithm, ranks_per_host=2, stragglers=straggler,
           cores_per_host=64, **kw)
-    assert len(taken) == 1 and (taken[0] is not None) == by_class
+    assert len(taken) == 1
+    assert (taken[0] is not None) == (by_class and algorithm == "recursive_doubling")
+
+
+def test_rabenseifner_goes_rank_by_rank(monkeypatch):
+    """Rabenseifner's halving starts between hosts, so the straggler's host's other rank runs
+    steps ahead of it, and its messages meet hosts whose stand-ins in a replay by class are
+    not the real ones: with a large first tensor the class replay passed every check and
+    missed the DES's times here.  Every rank is replayed."""
+    from commsim.sim import fast
+
+    taken = []
+    wave = fast._wave
+    monkeypatch.setattr(fast, "_wave", lambda *a: taken.append(wave(*a)) or taken[-1])
+    check("ring", 16, BIG_FIRST, algorithm="rabenseifner", ranks_per_host=2,
+          stragglers={0: 1.1}, cores_per_host=64)
+    assert taken == [None]
 
 
 def test_binomial_ps_on_shared_hosts():

@@ -105,9 +105,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
   and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
-  for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
-  tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed), as do DDP's buckets
-  with two ranks a host, each bucket alone (``_wave_buckets``).  The world ring and
+  for all from there (``_replayed_then_alike``), and with recursive doubling over a power of
+  two of hosts its first tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed),
+  as do DDP's buckets with two ranks a host, each bucket alone (``_wave_buckets``).  The world ring and
   hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
   each other, but only the root's last delivery counts, which queueing in front of its
   work-conserving receive direction does not change;
@@ -734,20 +734,27 @@ class _Wave:
 
 
 def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
-    """The hosts on which a recursive doubling or Rabenseifner all-reduce over a power of two
-    of hosts whose only uneven rank is one straggler goes by class, and its checks; None
-    where this does not apply.
+    """The hosts on which a recursive doubling all-reduce over a power of two of hosts whose
+    only uneven rank is one straggler goes by class, and its checks; None where this does
+    not apply.
 
-    The doubling steps between hosts flip the host's bits in a fixed order (recursive
-    doubling from the lowest, Rabenseifner's halving from the highest).  Before the step that
-    flips bit b_k, the straggler's host h0 has met exactly the hosts that differ from it in
-    b_0 .. b_(k-1) (its block); a host whose difference from h0 has b_k as its last bit in
-    that order (class k) has met only hosts of its class, which started alike: its class acts
-    alike.  At step k every block host meets a class-k host; if the pair (h0, h0 ^ 2^b_k)
-    leaves that step alike (each of its messages released its directions at the same
-    instant as its mirror; checked to the bit), every block host and every class-k host do,
-    and the block grows by class k.  After the last bit everyone is in the block
-    (Rabenseifner's doubling steps then pair alike hosts).
+    The steps between hosts flip the host's bits from the lowest.  Before the step that flips
+    bit k, the straggler's host h0 has met exactly the hosts that differ from it in bits
+    0 .. k-1 (its block); a host whose difference from h0 has k as its highest bit (class k)
+    has met only hosts of its class, which started alike: its class acts alike.  At step k
+    every block host meets a class-k host; if the pair (h0, h0 ^ 2^k) leaves that step alike
+    (each of its messages released its directions at the same instant as its mirror; checked
+    to the bit), every block host and every class-k host do, and the block grows by class k.
+    After the last bit everyone is in the block.
+
+    The steps inside a host come first, so the straggler's host's ranks leave them together,
+    and from there a host's ranks are at most a step apart (its ranks' messages of a step
+    queue on its NIC in one order, the first rank's next one behind the others').  So the
+    hosts below that stand in for others past their use (whose times then differ from any
+    host's) are two steps on before their messages could share a NIC with one whose times
+    are used.  Not so for Rabenseifner, whose halving starts between hosts: the straggler's
+    host's other ranks run steps ahead of it, and there the replay by class missed the DES's
+    times by 2.2 ms (64 ranks, a 9.4 MB tensor first) with every check passed.
 
     Steps: one process per rank of 2n+2 hosts (n = log2 hosts): h0; per class k a host R_k
     (h0 ^ 2^b_k) and a twin (R_k ^ 2^b_0) standing for the class-k hosts it meets before
@@ -756,6 +763,8 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
     (their own hosts and NICs only, their times unused: no host is in their states after
     it, so a replay by class covers one all-reduce from hosts alike but for h0).
     """
+    if algorithm != "recursive_doubling":
+        return None
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
     n = hosts.bit_length() - 1
@@ -764,9 +773,8 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
         return None
     straggler, = spec.stragglers
     h0 = straggler // rph
-    bits = list(range(n)) if algorithm == "recursive_doubling" else list(range(n))[::-1]
-    rep = [h0 ^ (1 << b) for b in bits]
-    twin = [None] + [rep[k] ^ (1 << bits[0]) for k in range(1, n)]
+    rep = [h0 ^ (1 << k) for k in range(n)]
+    twin = [None] + [rep[k] ^ 1 for k in range(1, n)]
     spare = (h for h in range(hosts) if h not in {h0, *rep, *twin})
     twin[0], extra = next(spare), next(spare)
     slots = sorted({h0, extra, *rep, *twin})
@@ -776,7 +784,7 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
     slot, local = position // rph, position % rph
 
     def mates(k: int) -> np.ndarray:
-        """Per slot, its partner's slot at the step flipping b_k."""
+        """Per slot, its partner's slot at the step flipping bit k."""
         other = {h0: rep[k], rep[k]: h0, extra: twin[k], twin[k]: extra}
         for j in range(n):
             if j != k:
@@ -787,15 +795,12 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
 
     def partners():
         meets.clear()
-        seen = set()
 
         def partner(d: int) -> np.ndarray:
             if d < rph:                               # inside each host
                 meets.append(None)
                 return slot * rph + (local ^ d)
-            b = (d // rph).bit_length() - 1
-            k = n - 1 if b in seen else bits.index(b)   # Rabenseifner's second pass: alike
-            seen.add(b)
+            k = (d // rph).bit_length() - 1
             meets.append(k)
             return mates(k)[slot] * rph + local
         return partner
@@ -816,10 +821,10 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
 
 
 def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
-    """The first tensor's all-reduce by recursive doubling or Rabenseifner over a power of two
-    of hosts whose only uneven rank is one straggler, by class (``_wave_plan``): when each
-    rank is synchronised, its time in the all-reduce, and two hosts' NIC directions as every
-    host leaves them (a ``NicState``); None where this does not apply or a check fails.  The
+    """The first tensor's all-reduce by recursive doubling over a power of two of hosts whose
+    only uneven rank is one straggler, by class (``_wave_plan``): when each rank is
+    synchronised, its time in the all-reduce, and two hosts' NIC directions as every host
+    leaves them (a ``NicState``); None where this does not apply or a check fails.  The
     compute and the first tensor are replayed from the start of the iteration
     (``_sync_replayed``, the messages' release times noted), and every rank takes h0's
     synchronisation instant for its place in the host."""
