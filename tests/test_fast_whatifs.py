@@ -170,7 +170,8 @@ def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, stragg
     each bucket's all-reduce goes by class from hosts alike but for its host
     (``fast._wave_buckets``), the DES's times; where the order of hosts due at one instant
     decides who takes a NIC first (a straggler faster than the rest, on the toy profile),
-    every rank is replayed instead, and the DES's times again."""
+    and for Rabenseifner (``test_rabenseifner_goes_rank_by_rank``), every rank is replayed
+    instead, and the DES's times again."""
     from commsim.sim import fast
 
     taken = []

@@ -690,8 +690,7 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
         return run, synced, comm
     p = spec.world_size
-    for name in ("sent", "received", "nic_sent", "nic_received"):
-        setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), p))
+    _add_tiled(run, twin)
     return run, _tile(t, p), comm + _tile(later, p)
 
 
@@ -902,8 +901,14 @@ def _account_alike(run: Run, tail: Block, algorithm: str, sizes, fp16: bool) -> 
     sched = SCHEDULES[algorithm](twin, tail)
     for nbytes in sizes:
         sched.account(nbytes / 2 if fp16 else nbytes)
+    _add_tiled(run, twin)
+
+
+def _add_tiled(run: Run, twin: Run) -> None:
+    """Adds to ``run`` (every rank) the bytes that ``twin``'s ranks sent and received, as
+    every period of them does (``_tile``)."""
     for name in ("sent", "received", "nic_sent", "nic_received"):
-        setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), spec.world_size))
+        setattr(run, name, getattr(run, name) + _tile(getattr(twin, name), run.spec.world_size))
 
 
 def _alike_block(spec: RunSpec, algorithm: str) -> Block | None:
