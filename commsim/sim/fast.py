@@ -107,10 +107,10 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
   for all from there (``_replayed_then_alike``), and with recursive doubling over a power of
   two of hosts its first tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed),
-  as do DDP's buckets with two ranks a host, each bucket alone (``_wave_buckets``).  The world ring and
-  hierarchical keep one rank per NIC direction; linear ps's senders on one host queue behind
-  each other, but only the root's last delivery counts, which queueing in front of its
-  work-conserving receive direction does not change;
+  as do DDP's buckets with two ranks a host, each bucket alone (``_wave_buckets``).  The
+  world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
+  host queue behind each other, but only the root's last delivery counts, which queueing in
+  front of its work-conserving receive direction does not change;
 * a recorded timeline (the engine keeps times, not intervals).
 Exact ties between events (e.g. zero reduction cost, or two ranks matched with the dp or ps
 root at the same instant) may be ordered differently from simpy's event queue; the engine
@@ -756,8 +756,8 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
     times by 2.2 ms (64 ranks, a 9.4 MB tensor first) with every check passed.
 
     Steps: one process per rank of 2n+2 hosts (n = log2 hosts): h0; per class k a host R_k
-    (h0 ^ 2^b_k) and a twin (R_k ^ 2^b_0) standing for the class-k hosts it meets before
-    step k; a spare.  Step k pairs h0 with R_k and each other R_j with its twin; class k's
+    (h0 ^ 2^k) and a twin (R_k ^ 1) standing for the class-k hosts it meets before step k;
+    a spare.  Step k pairs h0 with R_k and each other R_j with its twin; class k's
     twin, past its use, with the spare, and classes already in the block with their twins
     (their own hosts and NICs only, their times unused: no host is in their states after
     it, so a replay by class covers one all-reduce from hosts alike but for h0).
@@ -860,9 +860,8 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
     backward (the broadcast's tree, too, leaves a host's two ranks so: the first's last send
     is to the second); the order of hosts must not matter (``replay`` checks)."""
     c = spec.cluster
-    if c.ranks_per_host != 2 or _alike_block(spec, algorithm) is None:
-        return None
-    plan = _wave_plan(spec, algorithm)
+    tail = _alike_block(spec, algorithm)
+    plan = _wave_plan(spec, algorithm) if c.ranks_per_host == 2 and tail is not None else None
     if plan is None:
         return None
     rph, hosts, ranks = plan.rph, c.hosts, plan.ranks
@@ -887,8 +886,7 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
     except (NotExact, Replay):
         return None
     whole = Run(spec, costs, np.arange(spec.world_size))
-    _account_alike(whole, _alike_block(spec, algorithm), algorithm,
-                   [b.bytes for b in costs.buckets], fp16)
+    _account_alike(whole, tail, algorithm, [b.bytes for b in costs.buckets], fp16)
     return whole, plan.spread(synced, hosts), plan.spread(comm, hosts)
 
 
