@@ -121,9 +121,9 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

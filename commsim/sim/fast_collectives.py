@@ -111,7 +111,7 @@ class Block:
     partners: for a row of ranks standing for a power of two of them (``size``) by class, the
              doubling algorithms' partners: called once per schedule built, it gives a map
              from each step's distance (in the order the steps come) to each position's
-             partner (``fast._wave``).
+             partner (``fast._wave_plan``).
     """
     idx: np.ndarray
     size: int
@@ -167,7 +167,7 @@ class Run:
         self.sharing = False
         self.compute_s = self.comm_s = None
         # Where a replay notes when each message released its NIC directions (message ->
-        # time; ``fast._wave``); None: nowhere.
+        # time; the checks of ``fast._wave_plan``); None: nowhere.
         self.released = None
         # Whether ranks due at one instant on alike hosts resume in rank order in the DES, as
         # a uniform cluster's do from the start; not after an uneven collective

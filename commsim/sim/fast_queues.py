@@ -501,7 +501,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 bucket.append((_DONE, 2 * what + 1))
             elif kind == _END:                         # release receive, then transmit
                 for d, h, event in ((1, rx_host[what], _RX_RELEASED),
-                                       (0, tx_host[what], _TX_RELEASED)):
+                                    (0, tx_host[what], _TX_RELEASED)):
                     directions[d][h].holder = None
                     if t > newest_free[d].get(h, never):
                         newest_free[d][h] = t
