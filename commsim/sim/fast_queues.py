@@ -319,7 +319,6 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     instants = []
     at = {}
     heappush = heapq.heappush
-    never = -math.inf
 
     def push(t, kind, what):
         bucket = at.get(t)
@@ -335,27 +334,29 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         for h in hosts[free[hosts] > -np.inf].tolist():
             directions[d][h].holder = -1
             push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
-    requested = [{}, {}]                       # per direction, host -> its latest request
-    newest_free = [{}, {}]                     # and when it was last freed
-    # Per direction, host -> an earlier collective's latest request there, as a Python float
-    # (read at every request).
-    requested_before = [{}, {}]
+    # Per direction, host -> its latest request and when it was last freed (the clock only
+    # moves on: the latest is the last).
+    requested = [{}, {}]
+    newest_free = [{}, {}]
+    # Per direction, the hosts whose requests have passed an earlier collective's latest
+    # there (the clock only moves on, so a host passed once stays passed).
+    passed = (set(), set())
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
         raise NotExact(reason)
 
     def request(d, h, m, t):
-        earlier = requested_before[d].get(h)
-        if earlier is None:
-            earlier = requested_before[d][h] = float(busy_before[d][1][h])
-        if earlier > never and t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
-            refuse("a message would take a NIC direction ahead of an earlier collective's, "
-                   "which the DES serves in request order")
+        if h not in passed[d]:
+            earlier = float(busy_before[d][1][h])
+            if t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
+                refuse("a message would take a NIC direction ahead of an earlier collective's, "
+                       "which the DES serves in request order")
+            if t >= earlier:
+                passed[d].add(h)
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
-        if t > requested[d].get(h, never):
-            requested[d][h] = t
+        requested[d][h] = t
         if free:
             direction.holder = m
             push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
@@ -464,6 +465,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         if start[k] < np.inf:
             push(start[k], _RESUME, k)
     heappop = heapq.heappop
+    tx_directions, rx_directions = directions
+    tx_freed, rx_freed = newest_free
     while instants:
         t = heappop(instants)
         # The commonest events first: a send's or receive's, a resume, a release, a grant.
@@ -500,12 +503,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 bucket.append((_DONE, 2 * what))
                 bucket.append((_DONE, 2 * what + 1))
             elif kind == _END:                         # release receive, then transmit
-                for d, h, event in ((1, rx_host[what], _RX_RELEASED),
-                                    (0, tx_host[what], _TX_RELEASED)):
-                    directions[d][h].holder = None
-                    if t > newest_free[d].get(h, never):
-                        newest_free[d][h] = t
-                    bucket.append((event, h))
+                h = rx_host[what]
+                rx_directions[h].holder = None
+                rx_freed[h] = t
+                bucket.append((_RX_RELEASED, h))
+                h = tx_host[what]
+                tx_directions[h].holder = None
+                tx_freed[h] = t
+                bucket.append((_TX_RELEASED, h))
                 if released is not None:
                     released[what] = t
                 push(t + lat[what], _DELIVERED, what)
