@@ -137,6 +137,7 @@ class SharedCpus:
         self.talking = [0.0] * count                 # ranks inside a collective
         self._rate = [None] * count                  # each CPU's rate, until it changes
         self._cap = [None] * count                   # and its contended bandwidth
+        self._rates, self._caps = {}, {}             # by the threads they depend on
         self.started = {}                            # process -> when its job began
         self.compute_s = {}                          # process -> seconds of compute jobs
         self.comm_s = {}                             # process -> seconds inside collectives
@@ -150,15 +151,21 @@ class SharedCpus:
         """``ProcessorSharingCPU._rate`` (kept until the CPU's jobs or talking ranks change)."""
         rate = self._rate[c]
         if rate is None:
-            talking = self.talking[c] and self.costs is not None
-            rate = self._rate[c] = job_rate(
-                self.cores, self.busy[c], self.efficiency,
-                self.costs.compute_speed(self.load(c)) if talking else 1.0)
+            # A function of the CPU's threads alone, which come back to a few values.
+            key = (self.busy[c], self.computing[c], self.talking[c])
+            rate = self._rates.get(key)
+            if rate is None:
+                talking = self.talking[c] and self.costs is not None
+                rate = self._rates[key] = job_rate(
+                    self.cores, self.busy[c], self.efficiency,
+                    self.costs.compute_speed(self.load(c)) if talking else 1.0)
+            self._rate[c] = rate
         return rate
 
     def advance(self, c: int, t: float) -> None:
-        if self.jobs[c] and t > self.last[c]:
-            self.done[c] += (t - self.last[c]) * self.rate(c)
+        last = self.last[c]
+        if t > last and self.jobs[c]:
+            self.done[c] += (t - last) * self.rate(c)
         self.last[c] = t
 
     def arrive(self, k: int, t: float, work: float, compute: bool) -> int:
@@ -192,9 +199,11 @@ class SharedCpus:
 
     def next_end(self, c: int, t: float):
         """When the CPU's first job ends at the current rate (None: no job)."""
-        if not self.jobs[c]:
+        jobs = self.jobs[c]
+        if not jobs:
             return None
-        return t + max(0.0, self._left(c, self.jobs[c][0])) / self.rate(c)
+        left = self._left(c, jobs[0])
+        return t + (left if left > 0.0 else 0.0) / self.rate(c)
 
     def finish_due(self, c: int, t: float) -> list:
         """The processes whose jobs end at ``t``, in the order they arrived (the DES's residue
@@ -223,17 +232,22 @@ class SharedCpus:
         if self.costs is None:
             return busy
         c, d = self.cpu[src], self.cpu[dst]
-        cap = self.cap(c)
+        cap = self._cap[c] or self.cap(c)
         if d != c:
             cap = min(cap, self.cap(d))
-        return max(busy, nbytes / cap)
+        wire = nbytes / cap
+        return wire if wire > busy else busy
 
     def cap(self, c: int) -> float:
         """The contended bandwidth at the CPU's load (kept until its jobs or talking ranks
         change)."""
         cap = self._cap[c]
         if cap is None:
-            cap = self._cap[c] = self.costs.contended_Bps(self.load(c))
+            key = (self.computing[c], self.talking[c])
+            cap = self._caps.get(key)
+            if cap is None:
+                cap = self._caps[key] = self.costs.contended_Bps(self.load(c))
+            self._cap[c] = cap
         return cap
 
 
