@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from commsim.api import Scenario, predict
+from commsim.api import Scenario, predict, scenario
 from commsim.errors import UserError
 from commsim.profile import ParamSpec
 from commsim.sim.fast_collectives import RingPaths, window_max
@@ -144,9 +144,10 @@ def test_a_straggler_s_first_all_reduce_goes_by_class(monkeypatch, algorithm, ho
                                                         straggler):
     """Over 16 hosts and more, the straggler's first recursive doubling is replayed on
     2 log2(hosts) + 2 of them, its delay reaching the others class by class (``fast._wave``);
-    the DES's times where the classes leave each step alike, and every rank replayed where
-    they do not (on the toy profile, four ranks a host: a host's ranks leave in their NIC's
-    order), and for Rabenseifner (``test_rabenseifner_goes_rank_by_rank``)."""
+    over 32 hosts and more, Rabenseifner's on n^2 + n + 2 of them (n = log2 hosts); the DES's
+    times where the classes leave each step alike, and every rank replayed where they do not
+    (on the toy profile, four ranks a host: a host's ranks leave in their NIC's order) or
+    where the hosts are too few."""
     from commsim.sim import fast
 
     taken = []
@@ -154,7 +155,7 @@ def test_a_straggler_s_first_all_reduce_goes_by_class(monkeypatch, algorithm, ho
     monkeypatch.setattr(fast, "_wave", lambda *a: taken.append(wave(*a)) or taken[-1])
     check("ring", hosts, algorithm=algorithm, ranks_per_host=local, stragglers=straggler)
     assert len(taken) == 1
-    assert (taken[0] is None) == (local == 4 or algorithm == "rabenseifner")
+    assert (taken[0] is None) == (local == 4 or (algorithm == "rabenseifner" and hosts < 32))
 
 
 @pytest.mark.parametrize("algorithm", DOUBLING)
@@ -170,8 +171,8 @@ def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, stragg
     each bucket's all-reduce goes by class from hosts alike but for its host
     (``fast._wave_buckets``), the DES's times; where the order of hosts due at one instant
     decides who takes a NIC first (a straggler faster than the rest, on the toy profile),
-    and for Rabenseifner (``test_rabenseifner_goes_rank_by_rank``), every rank is replayed
-    instead, and the DES's times again."""
+    and for Rabenseifner over fewer than 32 hosts, every rank is replayed instead, and the
+    DES's times again."""
     from commsim.sim import fast
 
     taken = []
@@ -181,22 +182,48 @@ def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, stragg
     check("ddp", hosts, profile, algorithm=algorithm, ranks_per_host=2, stragglers=straggler,
           cores_per_host=64, **kw)
     assert len(taken) == 1
-    assert (taken[0] is not None) == (by_class and algorithm == "recursive_doubling")
+    assert (taken[0] is not None) == (by_class and (algorithm == "recursive_doubling"
+                                                    or hosts >= 32))
 
 
-def test_rabenseifner_goes_rank_by_rank(monkeypatch):
+@pytest.mark.parametrize("strategy, straggler, by_class", [
+    ("ring", {0: 1.02}, True), ("ring", {0: 2.0}, True), ("ring", {0: 1.1}, False),
+    ("ddp", {3: 1.1}, True)])
+def test_rabenseifner_by_class_beside_a_large_first_tensor(monkeypatch, strategy, straggler,
+                                                            by_class):
     """Rabenseifner's halving starts between hosts, so the straggler's host's other rank runs
-    steps ahead of it, and its messages meet hosts whose stand-ins in a replay by class are
-    not the real ones: with a large first tensor the class replay passed every check and
-    missed the DES's times here.  Every rank is replayed."""
+    steps ahead of it, and a 9.4 MB first tensor keeps the hosts' NICs busy meanwhile: the
+    replay by class must give each class's host its real partners through every step
+    (``fast._halving_plan``), where the recursive doubling's stand-ins passed every check
+    and missed the DES's times.  The DES's times, by class or (the checks failing) rank by
+    rank."""
     from commsim.sim import fast
 
     taken = []
-    wave = fast._wave
-    monkeypatch.setattr(fast, "_wave", lambda *a: taken.append(wave(*a)) or taken[-1])
-    check("ring", 16, BIG_FIRST, algorithm="rabenseifner", ranks_per_host=2,
-          stragglers={0: 1.1}, cores_per_host=64)
-    assert taken == [None]
+    for name in ("_wave", "_wave_buckets"):
+        planned = getattr(fast, name)
+        monkeypatch.setattr(fast, name,
+                            lambda *a, planned=planned: taken.append(planned(*a)) or taken[-1])
+    check(strategy, 32, BIG_FIRST, algorithm="rabenseifner", ranks_per_host=2,
+          stragglers=straggler, cores_per_host=64)
+    assert len(taken) == 1 and (taken[0] is not None) == by_class
+
+
+def test_rabenseifner_s_classes_see_their_hosts_other_ranks(monkeypatch):
+    """VGG-11's buckets, a straggler more than twice as slow: a class's host's other rank
+    goes on past its step with the block while its first waits, and with stand-ins past that
+    step (a twin already met) it ran ahead of the real partners and left the NIC free early,
+    7.3 ms early in the end.  With the real partners the checks see the classes part and
+    every rank is replayed: the whole replay's times."""
+    from commsim.profile import load_default
+    from commsim.sim import fast
+
+    profile = load_default()
+    sc = scenario(batch_per_rank=32, ranks_per_host=2, algorithm="rabenseifner",
+                  straggler=["75:2.184"])
+    by_class = predict(profile, "ddp", 64, sc, engine="fast")
+    monkeypatch.setattr(fast, "_wave_buckets", lambda *a: None)
+    assert_same(predict(profile, "ddp", 64, sc, engine="fast"), by_class)
 
 
 def test_binomial_ps_on_shared_hosts():

@@ -120,6 +120,7 @@ kind of step, and the times it reports do not depend on that order except in suc
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -701,10 +702,11 @@ class _Wave:
     ranks:  the replayed ranks, host by host (global numbers).
     block:  the collective among them, its partners those of the plan.
     alike:  alike(released): whether, in a replay of one collective (each message's release
-            instant by its number), the straggler's host h0 and each class's host left every
-            step between them at the same instants, message for message.
-    first, last: the position of h0's first rank and of R_(n-1)'s (the host that meets h0
-            last) among ``ranks``; h0, h_last: those hosts.
+            instant by its number), the straggler's host h0 and each class's host left the
+            steps checked at the same instants, message for message.
+    first, last: the position of h0's first rank and of the class host that meets h0 last
+            (recursive doubling's R_(n-1), Rabenseifner's R_0) among ``ranks``; h0, h_last:
+            those hosts.
     rph:    ranks per host.
     """
     rph: int
@@ -752,8 +754,9 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
     hosts below that stand in for others past their use (whose times then differ from any
     host's) are two steps on before their messages could share a NIC with one whose times
     are used.  Not so for Rabenseifner, whose halving starts between hosts: the straggler's
-    host's other ranks run steps ahead of it, and there the replay by class missed the DES's
-    times by 2.2 ms (64 ranks, a 9.4 MB tensor first) with every check passed.
+    host's other ranks run steps ahead of it, and there this replay by class missed the DES's
+    times by 2.2 ms (64 ranks, a 9.4 MB tensor first) with every check passed; Rabenseifner
+    has hosts of its own (``_halving_plan``).
 
     Steps: one process per rank of 2n+2 hosts (n = log2 hosts): h0; per class k a host R_k
     (h0 ^ 2^k) and a twin (R_k ^ 1) standing for the class-k hosts it meets before step k;
@@ -762,61 +765,130 @@ def _wave_plan(spec: RunSpec, algorithm: str) -> _Wave | None:
     (their own hosts and NICs only, their times unused: no host is in their states after
     it, so a replay by class covers one all-reduce from hosts alike but for h0).
     """
-    if algorithm != "recursive_doubling":
+    if algorithm not in ("recursive_doubling", "rabenseifner"):
         return None
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
     n = hosts.bit_length() - 1
-    if (len(spec.stragglers) != 1 or (spec.group_size or p) != p or rph & (rph - 1)
-            or 2 * n + 2 >= hosts):
+    if len(spec.stragglers) != 1 or (spec.group_size or p) != p or rph & (rph - 1):
         return None
     straggler, = spec.stragglers
     h0 = straggler // rph
+    if algorithm == "rabenseifner":
+        return _halving_plan(p, rph, hosts, h0)
+    if 2 * n + 2 >= hosts:
+        return None
     rep = [h0 ^ (1 << k) for k in range(n)]
     twin = [None] + [rep[k] ^ 1 for k in range(1, n)]
     spare = (h for h in range(hosts) if h not in {h0, *rep, *twin})
     twin[0], extra = next(spare), next(spare)
-    slots = sorted({h0, extra, *rep, *twin})
-    at = {h: i for i, h in enumerate(slots)}
-    width = len(slots) * rph
-    position = np.arange(width)
-    slot, local = position // rph, position % rph
 
-    def mates(k: int) -> np.ndarray:
-        """Per slot, its partner's slot at the step flipping bit k."""
+    def mates(step: int, k: int) -> tuple:
+        """Each host's partner at the step flipping bit k, and the hosts to check there."""
         other = {h0: rep[k], rep[k]: h0, extra: twin[k], twin[k]: extra}
         for j in range(n):
             if j != k:
                 other[rep[j]], other[twin[j]] = twin[j], rep[j]
-        return np.array([at[other[h]] for h in slots])
+        return other, (rep[k],)
 
-    meets = []          # per step, as the schedule takes them: the class meeting h0 (None: none)
+    return _planned(p, rph, h0, rep[-1], [h0, extra, *rep, *twin], mates)
+
+
+def _halving_plan(p: int, rph: int, hosts: int, h0: int) -> _Wave | None:
+    """``_wave_plan`` for Rabenseifner (over a power of two of hosts, one straggler on h0).
+
+    Its halving flips the hosts' bits from the highest, so the block (the hosts h0 has met,
+    directly or not) before the step flipping bit k is the hosts that differ from h0 only in
+    bits above k, and a host whose difference from h0 has k as its lowest bit (class k) has
+    met only hosts of its class (alike) until that step, where it meets a block host: the
+    mirror of recursive doubling.  But a block host's ranks do not stay within a step of each
+    other: the rank the straggler's delay reached waits for it while the others go on through
+    their steps with hosts still alike, so each of them sends beside its host's late rank.
+    A class-k host's step with the block thus depends on the other steps its host's other
+    ranks take after it, with hosts of class j < k as they are before their own step with the
+    block.  So each class-k host R_k (h0 ^ 2^k) is replayed with real partners through every
+    step: before step k its twin T_k (alike, for the class-k hosts it meets then), at step k
+    h0, at each step j < k a host P_kj alike until then (a class-j host as R_k meets it),
+    itself met before that by a twin Q_kj.  By induction every block host leaves every step
+    as h0 does, which the replay checks to the bit: h0 and each R_k in the block release every
+    message of every halving step at the same instants.  The doubling that follows starts
+    from hosts all alike, where h0 and R_0 stand for all (``Block.alike``).  Hosts past their
+    use (T_k from step k, each Q_kj from step j, and one spare so that every step pairs them
+    all) pair among themselves, on hosts of their own.
+
+    n^2 + n + 2 hosts (n = log2 hosts): 92 at 512 hosts, 242 at 32,768."""
+    n = hosts.bit_length() - 1
+    if n < 2 or n * n + n + 2 > hosts:
+        return None
+    rep = [h0 ^ (1 << k) for k in range(n)]
+    spare = (h for h in range(hosts) if h != h0 and h not in rep)
+    twin = [next(spare) for _ in range(n)]
+    pair = {(k, j): (next(spare), next(spare)) for k in range(n) for j in range(k)}
+    extra = next(spare)
+
+    def mates(step: int, k: int) -> tuple:
+        if step >= p.bit_length() - 1:             # the doubling: every host alike
+            other = {h0: rep[0], rep[0]: h0, twin[0]: extra, extra: twin[0]}
+            for j in range(1, n):
+                other[rep[j]], other[twin[j]] = twin[j], rep[j]
+            for a, b in pair.values():
+                other[a], other[b] = b, a
+            return other, (rep[0],)
+        other = {h0: rep[k], rep[k]: h0}
+        free = [twin[j] for j in range(k, n)] + [extra]
+        for j in range(k):
+            other[rep[j]], other[twin[j]] = twin[j], rep[j]
+        for (i, j), (a, b) in pair.items():
+            if j == k:                              # R_i meets P_ik; Q_ik is past its use
+                other[rep[i]], other[a] = a, rep[i]
+                free.append(b)
+            else:
+                other[a], other[b] = b, a
+        for a, b in zip(free[::2], free[1::2]):
+            other[a], other[b] = b, a
+        return other, tuple(rep[k:])
+
+    return _planned(p, rph, h0, rep[0], [h0, extra, *rep, *twin, *itertools.chain(
+        *pair.values())], mates)
+
+
+def _planned(p: int, rph: int, h0: int, h_last: int, hosts, mates) -> _Wave:
+    """The ``_Wave`` of a plan on ``hosts``: ``mates(step, k)`` gives, at the schedule's
+    ``step`` (its number among the steps between hosts and inside them) flipping host bit k,
+    each host's partner and the hosts whose messages must leave that step as h0's do."""
+    slots = sorted(hosts)
+    at = {h: i for i, h in enumerate(slots)}
+    width = len(slots) * rph
+    position = np.arange(width)
+    slot, local = position // rph, position % rph
+    checked = []        # per step, as the schedule takes them: the hosts checked against h0
 
     def partners():
-        meets.clear()
+        checked.clear()
 
         def partner(d: int) -> np.ndarray:
             if d < rph:                               # inside each host
-                meets.append(None)
+                checked.append(())
                 return slot * rph + (local ^ d)
-            k = (d // rph).bit_length() - 1
-            meets.append(k)
-            return mates(k)[slot] * rph + local
+            other, check = mates(len(checked), (d // rph).bit_length() - 1)
+            checked.append(check)
+            return np.array([at[other[h]] for h in slots])[slot] * rph + local
         return partner
 
     ranks = np.array([h * rph + i for h in slots for i in range(rph)])
 
     def alike(released: dict) -> bool:
         # Each step's messages are numbered by position, one step after another.
-        for i, k in enumerate(meets):
-            if k is not None:
-                mine, theirs = i * width + at[h0] * rph, i * width + at[rep[k]] * rph
+        for i, check in enumerate(checked):
+            mine = i * width + at[h0] * rph
+            for h in check:
+                theirs = i * width + at[h] * rph
                 if any(released.get(mine + j) != released.get(theirs + j) for j in range(rph)):
                     return False
         return True
 
     return _Wave(rph, ranks, Block(position[None], p, partners=partners), alike, at[h0] * rph,
-                 at[rep[-1]] * rph, h0, rep[-1])
+                 at[h_last] * rph, h0, h_last)
 
 
 def _wave(spec: RunSpec, costs: CostInputs, algorithm: str):
