@@ -939,6 +939,7 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
     rph, hosts, ranks = plan.rph, c.hosts, plan.ranks
     run = Run(spec, costs, ranks)
     run.order_known, run.hosts_in_order = False, True
+    run.released_ok = plan.alike
     first, last = plan.first, plan.last
     fp16 = spec.compression == "fp16"
 

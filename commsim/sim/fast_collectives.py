@@ -167,8 +167,11 @@ class Run:
         self.sharing = False
         self.compute_s = self.comm_s = None
         # Where a replay notes when each message released its NIC directions (message ->
-        # time; the checks of ``fast._wave_plan``); None: nowhere.
+        # time; the checks of ``fast._wave_plan``); None: nowhere.  And a check of them
+        # (``released_ok(released)``) that the replay makes before its order checks, whose
+        # runs a failing check would waste.
         self.released = None
+        self.released_ok = None
         # Whether ranks due at one instant on alike hosts resume in rank order in the DES, as
         # a uniform cluster's do from the start; not after an uneven collective
         # (``fast._replayed_then_alike``): a replay then checks that its times do not depend
@@ -918,6 +921,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     before = run.nics.copy()
     ranks = run.ranks[rank]
     finish, marks = simulate(ranks.tolist(), run.nics, run.released)
+    if run.released_ok is not None and not run.released_ok(run.released):
+        raise NotExact("the classes of a replay by class part")
     if not order_known:
         after = run.nics
         rng = np.random.default_rng(0)
