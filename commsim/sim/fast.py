@@ -105,9 +105,10 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
   and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
-  for all from there (``_replayed_then_alike``), and with recursive doubling over a power of
-  two of hosts its first tensor goes by class (``_wave``: 2 log2(hosts) + 2 hosts replayed),
-  as do DDP's buckets with two ranks a host, each bucket alone (``_wave_buckets``).  The
+  for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
+  tensor goes by class (``_wave``: recursive doubling on 2 log2(hosts) + 2 hosts,
+  Rabenseifner on log2(hosts)^2 + log2(hosts) + 2), as do DDP's buckets with two ranks a
+  host, each bucket alone (``_wave_buckets``).  The
   world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
   host queue behind each other, but only the root's last delivery counts, which queueing in
   front of its work-conserving receive direction does not change;
@@ -827,6 +828,7 @@ def _halving_plan(p: int, rph: int, hosts: int, h0: int) -> _Wave | None:
     extra = next(spare)
 
     def mates(step: int, k: int) -> tuple:
+        """Each host's partner at the ``step`` flipping bit k, and the hosts to check there."""
         if step >= p.bit_length() - 1:             # the doubling: every host alike
             other = {h0: rep[0], rep[0]: h0, twin[0]: extra, extra: twin[0]}
             for j in range(1, n):

@@ -199,11 +199,9 @@ class SharedCpus:
 
     def next_end(self, c: int, t: float):
         """When the CPU's first job ends at the current rate (None: no job)."""
-        jobs = self.jobs[c]
-        if not jobs:
+        if not self.jobs[c]:
             return None
-        left = self._left(c, jobs[0])
-        return t + (left if left > 0.0 else 0.0) / self.rate(c)
+        return t + max(0.0, self._left(c, self.jobs[c][0])) / self.rate(c)
 
     def finish_due(self, c: int, t: float) -> list:
         """The processes whose jobs end at ``t``, in the order they arrived (the DES's residue
@@ -232,11 +230,10 @@ class SharedCpus:
         if self.costs is None:
             return busy
         c, d = self.cpu[src], self.cpu[dst]
-        cap = self._cap[c] or self.cap(c)
+        cap = self.cap(c)
         if d != c:
             cap = min(cap, self.cap(d))
-        wire = nbytes / cap
-        return wire if wire > busy else busy
+        return max(busy, nbytes / cap)
 
     def cap(self, c: int) -> float:
         """The contended bandwidth at the CPU's load (kept until its jobs or talking ranks
