@@ -186,6 +186,44 @@ def test_a_straggler_s_buckets_go_by_class(monkeypatch, algorithm, hosts, stragg
                                                     or hosts >= 32))
 
 
+@pytest.mark.parametrize("hosts, rph, h0", [(32, 2, 0), (64, 2, 37), (128, 4, 127),
+                                             (4096, 2, 1000)])
+def test_rabenseifner_s_class_hosts_meet_their_real_partners(hosts, rph, h0):
+    """``fast._halving_plan``: every step pairs every replayed host with one other (the
+    partner's partner is the host itself), the steps between hosts go between hosts; at the
+    halving's step flipping bit k the straggler's host h0 meets h0 ^ 2^k, and each class host
+    already in the block (h0 ^ 2^i, i > k) a host that no class host has met before, which
+    met only one host before (its twin); in the doubling h0 meets h0 ^ 1 (R_0) throughout."""
+    from commsim.sim import fast
+
+    p = hosts * rph
+    plan = fast._halving_plan(p, rph, hosts, h0)
+    n = hosts.bit_length() - 1
+    host = plan.ranks[::rph] // rph
+    at = {h: i for i, h in enumerate(host.tolist())}
+    partner = plan.block.partners()
+    met = {h: set() for h in host.tolist()}
+    halving = [p >> (i + 1) for i in range(p.bit_length() - 1)]
+    for step, d in enumerate(halving + halving[::-1]):
+        mate = partner(d)
+        assert np.array_equal(mate[mate], np.arange(mate.size))
+        if d < rph:
+            assert np.array_equal(mate // rph, np.arange(mate.size) // rph)
+            continue
+        other = host[mate[::rph] // rph]
+        assert np.all(other != host)
+        k = (d // rph).bit_length() - 1
+        if step >= len(halving):
+            assert other[at[h0]] == h0 ^ 1
+            continue
+        assert other[at[h0]] == h0 ^ (1 << k)
+        for i in range(k + 1, n):
+            fresh = other[at[h0 ^ (1 << i)]]
+            assert len(met[fresh]) == 1 and not met[fresh] & {h0 ^ (1 << j) for j in range(n)}
+        for h, o in zip(host.tolist(), other.tolist()):
+            met[h].add(o)
+
+
 @pytest.mark.parametrize("strategy, straggler, by_class", [
     ("ring", {0: 1.02}, True), ("ring", {0: 2.0}, True), ("ring", {0: 1.1}, False),
     ("ddp", {3: 1.1}, True)])
