@@ -227,6 +227,27 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
                       predict(chosen, "dp", hosts, sc, engine="fast"))
 
 
+@pytest.mark.parametrize("uneven, bulk", [({}, 32), (dict(stragglers={20: 30.0}), 21),
+                                          (dict(stragglers={0: 2.0, 7: 0.3}), 32),
+                                          (dict(slow_links_Bps={5: 3e6}), 32)],
+                         ids=["alike", "long forward", "root and a short one", "slow link"])
+def test_data_parallel_forwards_alone_go_in_bulk(monkeypatch, uneven, bulk):
+    """The parameter broadcast's messages and the forwards they start go in bulk while each
+    forward runs alone on the pool (``fast._forward_alone``), up to the device whose job
+    would meet the next one (a straggler 30 times slower), and give the DES's times."""
+    from commsim.profile import load_default
+    from commsim.sim import fast
+
+    taken = []
+    bulk_of = fast._forward_alone
+    monkeypatch.setattr(fast, "_forward_alone",
+                        lambda *a: taken.append(bulk_of(*a)) or taken[-1])
+    sc = Scenario(global_batch=64 * 33, shared_cpu_cores=2, **uneven)
+    fast_result = predict(load_default(), "dp", 33, sc, engine="fast")
+    assert [None if t is None else t[1] for t in taken] == [bulk]
+    assert_same_times(predict(load_default(), "dp", 33, sc, engine="des"), fast_result)
+
+
 @pytest.mark.parametrize("profile", ["plain", "contended", "bundled"])
 @pytest.mark.parametrize("hosts, local, cores", [(3, 2, 1.0), (5, 1, 1.0), (4, 3, 1.5),
                                                  (2, 2, 3.0)])

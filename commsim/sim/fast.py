@@ -1859,6 +1859,14 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
                 early = []
             else:
                 tx_next, tx_k = now, 1
+                if phase == 0 and due == inf and not deliveries and not posts:
+                    ahead = _forward_alone(cpus, now, sizes, nbytes, lat,
+                                           costs.forward_s * np.array(f), o["gather"])
+                    if ahead is not None:
+                        tx_next, tx_k, delivered, moved, posted = ahead
+                        deliveries.append(moved)
+                        early += posted[0]
+                        posts.extend(posted[1])
         elif now == tx_next:
             collective, nbytes, _, _ = phases[phase]
             tx_next = now + cpus.message_s(0, tx_k, nbytes, sizes[tx_k])
@@ -1874,6 +1882,45 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
     compute = [cpus.compute_s.get(k, 0.0) for k in range(p)]
     comm = [cpus.comm_s.get(k, 0.0) for k in range(p)]
     return np.array(finish), np.array(compute), np.array(comm)
+
+
+def _forward_alone(cpus: fast_queues.SharedCpus, start: float, sizes: list, nbytes: float,
+                   lat: float, forward, o_gather: float):
+    """dp on one pool: device 0's parameter messages from ``start`` and the forward jobs they
+    start, in bulk, while each job runs alone on the pool (where a forward is shorter than a
+    message: each ends before the message after next begins, the next job starts after it).
+
+    Device 0's transmit direction sends ``nbytes`` to device 1, 2, ... back to back; device k
+    gets it a latency later, leaves the broadcast and computes ``forward[k]``, then posts
+    into the output gather ``o_gather`` later (before device 0 posts its receives: it
+    computes its own forward after the last message).  While no job runs as a message begins
+    (the CPU's load caps it) and none as the next starts, every message takes the idle pool's
+    time and every job its rate alone: a sum and an array.  The prefix where that holds is
+    taken up to device J, whose message the loop starts: returns (when it begins, J, the
+    deliveries so far, device J-1's delivery, (devices posted by then, later posts)), or
+    None where fewer than three devices would go."""
+    p = len(sizes)
+    ks = np.arange(1, p)
+    busy = np.array(sizes[1:])
+    cap = cpus.costs and cpus.cap_at(cpus.computing[0], cpus.talking[0])
+    message = np.maximum(busy, nbytes / cap) if cap else busy
+    # Message i (device i + 1) runs begin[i] .. begin[i + 1] (the loop's running sum).
+    begin = np.cumsum(np.concatenate(([start], message)))
+    got = begin[1:] + lat
+    ends = cpus.ends_alone(0, 1, got, forward[1:])
+    ok = forward[1:] > 0
+    ok[1:] &= got[:-1] > begin[1:-1]              # the last device gets it after the next begins
+    ok[2:] &= ends[:-2] <= begin[2:-1]            # the job before that has ended by then
+    bad = np.flatnonzero(~ok)
+    last = min(int(bad[0]) if bad.size else p - 1, p - 1)     # device J = last
+    if last < 3:
+        return None
+    done = last - 2                               # devices 1 .. J-2 computed and posted
+    cpus.ran_alone(0, ks[:done].tolist(), got[:done], ends[:done])
+    post = ends[:done] + o_gather
+    by_now = int(np.searchsorted(post, begin[last - 1], side="right"))
+    return (float(begin[last - 1]), last, done, (float(got[last - 2]), last - 1),
+            (ks[:by_now].tolist(), list(zip(post[by_now:].tolist(), ks[by_now:done].tolist()))))
 
 
 def _binomial_ps_in_parts(run: Run, backward_end):

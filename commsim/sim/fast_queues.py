@@ -143,23 +143,25 @@ class SharedCpus:
         self.comm_s = {}                             # process -> seconds inside collectives
         self._order = 0
 
-    def load(self, c: int) -> float:
-        """``ProcessorSharingCPU.load``."""
-        return cpu_load(self.cores, self.computing[c], self.talking[c])
-
     def rate(self, c: int) -> float:
         """``ProcessorSharingCPU._rate`` (kept until the CPU's jobs or talking ranks change)."""
         rate = self._rate[c]
         if rate is None:
-            # A function of the CPU's threads alone, which come back to a few values.
-            key = (self.busy[c], self.computing[c], self.talking[c])
-            rate = self._rates.get(key)
-            if rate is None:
-                talking = self.talking[c] and self.costs is not None
-                rate = self._rates[key] = job_rate(
-                    self.cores, self.busy[c], self.efficiency,
-                    self.costs.compute_speed(self.load(c)) if talking else 1.0)
-            self._rate[c] = rate
+            rate = self._rate[c] = self.rate_at(self.busy[c], self.computing[c],
+                                                self.talking[c])
+        return rate
+
+    def rate_at(self, busy: float, computing: float, talking: float) -> float:
+        """A CPU's rate with ``busy`` threads of jobs, ``computing`` of them compute jobs,
+        ``talking`` ranks inside a collective."""
+        # A function of the CPU's threads alone, which come back to a few values.
+        key = (busy, computing, talking)
+        rate = self._rates.get(key)
+        if rate is None:
+            speed = 1.0
+            if talking and self.costs is not None:
+                speed = self.costs.compute_speed(cpu_load(self.cores, computing, talking))
+            rate = self._rates[key] = job_rate(self.cores, busy, self.efficiency, speed)
         return rate
 
     def advance(self, c: int, t: float) -> None:
@@ -224,6 +226,31 @@ class SharedCpus:
                 self.compute_s[k] = self.compute_s.get(k, 0.0) + t - self.started[k]
         return [job[2] for job in ended]
 
+    def ends_alone(self, c: int, k: int, starts, works) -> np.ndarray:
+        """When compute jobs of ``works`` started at ``starts`` by processes like ``k`` on
+        CPU ``c`` end, each alone there from its start (nothing else on the CPU, the process
+        leaving a collective as it starts): ``communicating`` then ``arrive`` and
+        ``next_end``, in their arithmetic (a job that comes has its work left)."""
+        m = self.m[k]
+        rate = self.rate_at(self.busy[c] + self.threads * m,
+                            self.computing[c] + self.threads * m, self.talking[c] - m)
+        return np.asarray(starts, dtype=float) + np.maximum(0.0, works) / rate
+
+    def ran_alone(self, c: int, ks, starts, ends) -> None:
+        """Processes ``ks`` ran compute jobs alone on CPU ``c`` from ``starts`` to ``ends``
+        (``ends_alone``), leaving a collective as each started and entering one as it ended:
+        the seconds ``finish_due`` and ``communicating`` count, the CPU as they leave it."""
+        if not len(ks):
+            return
+        for k, start, end in zip(ks, np.asarray(starts).tolist(), np.asarray(ends).tolist()):
+            self.started[k] = start
+            self.compute_s[k] = self.compute_s.get(k, 0.0) + end - start
+            self.comm_s[k] = self.comm_s.get(k, 0.0) + start - end
+        self.last[c] = float(ends[-1])
+        self.done[c] = 0.0
+        self._order += len(ks)
+        self._rate[c] = self._cap[c] = None
+
     def message_s(self, src: int, dst: int, nbytes: float, busy: float) -> float:
         """A message's time on the wire: its link's, or the contended bandwidth's at the
         busier end."""
@@ -240,11 +267,17 @@ class SharedCpus:
         change)."""
         cap = self._cap[c]
         if cap is None:
-            key = (self.computing[c], self.talking[c])
-            cap = self._caps.get(key)
-            if cap is None:
-                cap = self._caps[key] = self.costs.contended_Bps(self.load(c))
-            self._cap[c] = cap
+            cap = self._cap[c] = self.cap_at(self.computing[c], self.talking[c])
+        return cap
+
+    def cap_at(self, computing: float, talking: float) -> float:
+        """The contended bandwidth on a CPU with ``computing`` threads of compute jobs and
+        ``talking`` ranks inside a collective."""
+        key = (computing, talking)
+        cap = self._caps.get(key)
+        if cap is None:
+            cap = self._caps[key] = self.costs.contended_Bps(
+                cpu_load(self.cores, computing, talking))
         return cap
 
 
