@@ -227,24 +227,27 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
                       predict(chosen, "dp", hosts, sc, engine="fast"))
 
 
-@pytest.mark.parametrize("uneven, bulk", [({}, 32), (dict(stragglers={20: 30.0}), 21),
-                                          (dict(stragglers={0: 2.0, 7: 0.3}), 32),
-                                          (dict(slow_links_Bps={5: 3e6}), 32)],
+@pytest.mark.parametrize("uneven, bulk, gathered", [
+    ({}, 32, [31]), (dict(stragglers={20: 30.0}), 21, []),
+    (dict(stragglers={0: 2.0, 7: 0.3}), 32, [31]), (dict(slow_links_Bps={5: 3e6}), 32, [31])],
                          ids=["alike", "long forward", "root and a short one", "slow link"])
-def test_data_parallel_forwards_alone_go_in_bulk(monkeypatch, uneven, bulk):
+def test_data_parallel_jobs_alone_go_in_bulk(monkeypatch, uneven, bulk, gathered):
     """The parameter broadcast's messages and the forwards they start go in bulk while each
     forward runs alone on the pool (``fast._forward_alone``), up to the device whose job
-    would meet the next one (a straggler 30 times slower), and give the DES's times."""
+    would meet the next one (a straggler 30 times slower), as does the gradient gather once
+    nothing computes (``fast._gathered_alone``: all but the last message, none where the
+    slow straggler's backward outlasts the others' messages); both give the DES's times."""
     from commsim.profile import load_default
     from commsim.sim import fast
 
-    taken = []
-    bulk_of = fast._forward_alone
-    monkeypatch.setattr(fast, "_forward_alone",
-                        lambda *a: taken.append(bulk_of(*a)) or taken[-1])
+    taken = {"_forward_alone": [], "_gathered_alone": []}
+    for name, log in taken.items():
+        monkeypatch.setattr(fast, name, lambda *a, f=getattr(fast, name), log=log:
+                            log.append(f(*a)) or log[-1])
     sc = Scenario(global_batch=64 * 33, shared_cpu_cores=2, **uneven)
     fast_result = predict(load_default(), "dp", 33, sc, engine="fast")
-    assert [None if t is None else t[1] for t in taken] == [bulk]
+    assert [t[1] for t in taken["_forward_alone"]] == [bulk]
+    assert [t[0] for t in taken["_gathered_alone"]] == gathered
     assert_same_times(predict(load_default(), "dp", 33, sc, engine="des"), fast_result)
 
 

@@ -1875,8 +1875,15 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
             if tx_k == p:
                 tx_next = inf
         else:
-            _, k = rx_queue.popleft()
             _, nbytes, _, _ = phases[phase]
+            if phase == 3 and due == inf and not posts and len(rx_queue) > 2 \
+                    and cpus.computing[0] == 0.0:
+                # Nothing computes and every device has posted: the rest in bulk.
+                taken, rx_free = _gathered_alone(cpus, rx_queue, now, nbytes, sizes, lat,
+                                                 finish)
+                delivered += taken
+                continue
+            _, k = rx_queue.popleft()
             rx_free = now + cpus.message_s(k, 0, nbytes, sizes[k])
             deliveries.append((rx_free + lat, k))
     compute = [cpus.compute_s.get(k, 0.0) for k in range(p)]
@@ -1921,6 +1928,33 @@ def _forward_alone(cpus: fast_queues.SharedCpus, start: float, sizes: list, nbyt
     by_now = int(np.searchsorted(post, begin[last - 1], side="right"))
     return (float(begin[last - 1]), last, done, (float(got[last - 2]), last - 1),
             (ks[:by_now].tolist(), list(zip(post[by_now:].tolist(), ks[by_now:done].tolist()))))
+
+
+def _gathered_alone(cpus: fast_queues.SharedCpus, queue, start: float, nbytes: float,
+                    sizes: list, lat: float, finish: list) -> tuple:
+    """dp on one pool, the gradient gather once no job is left on the pool and every device
+    has posted (``queue``: (posted, device) in match order): device 0's receive direction
+    takes their messages back to back from ``start``, each at the idle pool's time (nothing
+    computes: no load caps it), and each device is done, leaving the collective, as its
+    message is in: a running sum.  All but the last message (whose delivery starts the sum)
+    are taken off ``queue``, up to one posted after the direction is free (none is where
+    every post is in: at least one is taken); returns (how many, when it is free)."""
+    ks = [k for _, k in queue][:-1]
+    posted = np.array([t for t, _ in queue][:-1])
+    busy = np.array([sizes[k] for k in ks])
+    cap = cpus.costs and cpus.cap_at(0.0, cpus.talking[0])
+    message = np.maximum(busy, nbytes / cap) if cap else busy
+    # Message i runs free[i] .. free[i + 1] (the loop's running sum), posted before.
+    free = np.cumsum(np.concatenate(([start], message)))
+    late = np.flatnonzero(posted > free[:-1])
+    taken = int(late[0]) if late.size else len(ks)
+    got = (free[1:taken + 1] + lat).tolist()
+    for k, t in zip(ks[:taken], got):
+        cpus.communicating(k, t, -1)
+        finish[k] = t
+    for _ in range(taken):
+        queue.popleft()
+    return taken, float(free[taken])
 
 
 def _binomial_ps_in_parts(run: Run, backward_end):
