@@ -201,9 +201,10 @@ class SharedCpus:
 
     def next_end(self, c: int, t: float):
         """When the CPU's first job ends at the current rate (None: no job)."""
-        if not self.jobs[c]:
+        jobs = self.jobs[c]
+        if not jobs:
             return None
-        return t + max(0.0, self._left(c, self.jobs[c][0])) / self.rate(c)
+        return t + max(0.0, self._left(c, jobs[0])) / self.rate(c)
 
     def finish_due(self, c: int, t: float) -> list:
         """The processes whose jobs end at ``t``, in the order they arrived (the DES's residue
@@ -211,19 +212,24 @@ class SharedCpus:
         self.advance(c, t)
         jobs = self.jobs[c]
         ended = [heapq.heappop(jobs)]
-        while jobs and self._left(c, jobs[0]) <= _DUE_S * max(1.0, self._left(c, jobs[0])):
+        while jobs:
+            left = self._left(c, jobs[0])
+            if left > _DUE_S * max(1.0, left):
+                break
             ended.append(heapq.heappop(jobs))
         if not jobs:
             # Idle: the next job's end is then its work over the rate, to the bit, as the DES
             # has it (two CPUs' jobs ending at one instant keep the DES's order).
             self.done[c] = 0.0
-        ended.sort(key=lambda job: job[1])
+        if len(ended) > 1:
+            ended.sort(key=lambda job: job[1])
+        self._rate[c] = self._cap[c] = None
+        busy, computing, compute_s = self.busy, self.computing, self.compute_s
         for _, _, k, threads, compute, _, _ in ended:
-            self.busy[c] -= threads
-            self._rate[c] = self._cap[c] = None
+            busy[c] -= threads
             if compute:
-                self.computing[c] -= threads
-                self.compute_s[k] = self.compute_s.get(k, 0.0) + t - self.started[k]
+                computing[c] -= threads
+                compute_s[k] = compute_s.get(k, 0.0) + t - self.started[k]
         return [job[2] for job in ended]
 
     def ends_alone(self, c: int, k: int, starts, works) -> np.ndarray:
