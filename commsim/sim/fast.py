@@ -64,7 +64,9 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    step on the pool as they get their shares, and with stragglers the compute and first tensor,
    replayed by classes of ranks acting together (``fast_classes``).  dp on a pool is an event
    loop over device 0's serial phases, the jobs on the pool and the deliveries
-   (``_data_parallel_in_pool``).
+   (``_data_parallel_in_pool``), with its stretches that are sums in bulk: the parameter
+   broadcast while each forward runs alone (``_forward_alone``), the gradient gather once
+   nothing computes (``_gathered_alone``).
 6. A world ring of stragglers on one pool, one or two ranks a host, or on one host
    (``commsim.sim.fast_runs``): runs of consecutive ranks in one state, one rank's events
    standing for its run's; only a run's end ranks can part from it, and runs that go on
