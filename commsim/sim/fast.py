@@ -1918,8 +1918,8 @@ def _forward_alone(cpus: fast_queues.SharedCpus, start: float, sizes: list, nbyt
     got = begin[1:] + lat
     ends = cpus.ends_alone(0, 1, got, forward[1:])
     ok = forward[1:] > 0
-    ok[1:] &= got[:-1] > begin[1:-1]              # the last device gets it after the next begins
-    ok[2:] &= ends[:-2] <= begin[2:-1]            # the job before that has ended by then
+    ok[1:] &= got[:-1] > begin[1:-1]              # the device before gets its own after it begins
+    ok[2:] &= ends[:-2] <= begin[2:-1]            # the job two before has ended as it begins
     bad = np.flatnonzero(~ok)
     last = min(int(bad[0]) if bad.size else p - 1, p - 1)     # device J = last
     if last < 3:
@@ -1939,8 +1939,8 @@ def _gathered_alone(cpus: fast_queues.SharedCpus, queue, start: float, nbytes: f
     takes their messages back to back from ``start``, each at the idle pool's time (nothing
     computes: no load caps it), and each device is done, leaving the collective, as its
     message is in: a running sum.  All but the last message (whose delivery starts the sum)
-    are taken off ``queue``, up to one posted after the direction is free (none is where
-    every post is in: at least one is taken); returns (how many, when it is free)."""
+    are taken off ``queue``, stopping before any posted after the direction frees (none is
+    once every post is in; the first always goes); returns (how many, when it is free)."""
     ks = [k for _, k in queue][:-1]
     posted = np.array([t for t, _ in queue][:-1])
     busy = np.array([sizes[k] for k in ks])
