@@ -1910,11 +1910,8 @@ def _forward_alone(cpus: fast_queues.SharedCpus, start: float, sizes: list, nbyt
     None where fewer than three devices would go."""
     p = len(sizes)
     ks = np.arange(1, p)
-    busy = np.array(sizes[1:])
-    cap = cpus.costs and cpus.cap_at(cpus.computing[0], cpus.talking[0])
-    message = np.maximum(busy, nbytes / cap) if cap else busy
-    # Message i (device i + 1) runs begin[i] .. begin[i + 1] (the loop's running sum).
-    begin = np.cumsum(np.concatenate(([start], message)))
+    # Message i (device i + 1) runs begin[i] .. begin[i + 1].
+    begin = _back_to_back(cpus, start, nbytes, sizes[1:], cpus.computing[0])
     got = begin[1:] + lat
     ends = cpus.ends_alone(0, 1, got, forward[1:])
     ok = forward[1:] > 0
@@ -1932,6 +1929,19 @@ def _forward_alone(cpus: fast_queues.SharedCpus, start: float, sizes: list, nbyt
             (ks[:by_now].tolist(), list(zip(post[by_now:].tolist(), ks[by_now:done].tolist()))))
 
 
+def _back_to_back(cpus: fast_queues.SharedCpus, start: float, nbytes: float, busy,
+                  computing: float) -> np.ndarray:
+    """Messages of ``nbytes`` (``busy``: each one's seconds on its link) one after another on
+    device 0's direction of one pool from ``start``, the pool's load the same as each begins
+    (``computing`` threads of compute jobs; ``SharedCpus.message_s`` for each): when each
+    begins, and after them when the last ends (the loop's running sum: ``np.cumsum`` adds
+    in order)."""
+    busy = np.asarray(busy, dtype=float)
+    cap = cpus.costs and cpus.cap_at(computing, cpus.talking[0])
+    message = np.maximum(busy, nbytes / cap) if cap else busy
+    return np.cumsum(np.concatenate(([start], message)))
+
+
 def _gathered_alone(cpus: fast_queues.SharedCpus, queue, start: float, nbytes: float,
                     sizes: list, lat: float, finish: list) -> tuple:
     """dp on one pool, the gradient gather once no job is left on the pool and every device
@@ -1943,11 +1953,8 @@ def _gathered_alone(cpus: fast_queues.SharedCpus, queue, start: float, nbytes: f
     once every post is in; the first always goes); returns (how many, when it is free)."""
     ks = [k for _, k in queue][:-1]
     posted = np.array([t for t, _ in queue][:-1])
-    busy = np.array([sizes[k] for k in ks])
-    cap = cpus.costs and cpus.cap_at(0.0, cpus.talking[0])
-    message = np.maximum(busy, nbytes / cap) if cap else busy
-    # Message i runs free[i] .. free[i + 1] (the loop's running sum), posted before.
-    free = np.cumsum(np.concatenate(([start], message)))
+    # Message i runs free[i] .. free[i + 1], posted before.
+    free = _back_to_back(cpus, start, nbytes, [sizes[k] for k in ks], 0.0)
     late = np.flatnonzero(posted > free[:-1])
     taken = int(late[0]) if late.size else len(ks)
     got = (free[1:taken + 1] + lat).tolist()
