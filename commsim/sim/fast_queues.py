@@ -553,14 +553,21 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 bucket.append((_DONE, 2 * what))
                 bucket.append((_DONE, 2 * what + 1))
             elif kind == _END:                         # release receive, then transmit
+                # A release's event grants the direction's first waiter; with none waiting
+                # now it has nothing to do (a request before it finds the direction free and
+                # takes it at once), so it is not scheduled.
                 h = rx_host[what]
-                rx_directions[h].holder = None
+                direction = rx_directions[h]
+                direction.holder = None
                 rx_freed[h] = t
-                bucket.append((_RX_RELEASED, h))
+                if direction.waiting:
+                    bucket.append((_RX_RELEASED, h))
                 h = tx_host[what]
-                tx_directions[h].holder = None
+                direction = tx_directions[h]
+                direction.holder = None
                 tx_freed[h] = t
-                bucket.append((_TX_RELEASED, h))
+                if direction.waiting:
+                    bucket.append((_TX_RELEASED, h))
                 if released is not None:
                     released[what] = t
                 push(t + lat[what], _DELIVERED, what)
