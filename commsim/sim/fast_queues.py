@@ -519,7 +519,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     tx_freed, rx_freed = newest_free
     while instants:
         t = heappop(instants)
-        # The commonest events first: a send's or receive's, a resume, a release, a grant.
+        # The commonest events first: a send's or receive's, a resume, a CPU's timer.
         bucket = at[t]
         for kind, what in bucket:         # events scheduled now join the end: run them too
             if kind == _DONE:                          # a send or receive event processed
@@ -534,13 +534,20 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         run_rank(k, t)
             elif kind == _RESUME:
                 run_rank(what, t)
-            elif kind == _TX_RELEASED or kind == _RX_RELEASED:
-                d = 0 if kind == _TX_RELEASED else 1
-                direction = directions[d][what]
-                if direction.holder == -1:             # an earlier collective's message
-                    direction.holder = None
-                if direction.waiting and direction.holder is None:
-                    grant(d, what, t)
+            elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
+                h, version = what
+                if version != timer[h]:
+                    continue
+                if cpus is not None:
+                    for k in cpus.finish_due(h, t):
+                        bucket.append((_RESUME, k))
+                    reschedule(h, t)
+                    continue
+                due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
+                jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
+                for _, k in due:
+                    bucket.append((_RESUME, k))
+                reschedule(h, t)
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
                 request(1, rx_host[what], what, t)
             elif kind == _RX_GRANTED:
@@ -571,20 +578,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 if released is not None:
                     released[what] = t
                 push(t + lat[what], _DELIVERED, what)
-            elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
-                h, version = what
-                if version != timer[h]:
-                    continue
-                if cpus is not None:
-                    for k in cpus.finish_due(h, t):
-                        bucket.append((_RESUME, k))
-                    reschedule(h, t)
-                    continue
-                due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
-                jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
-                for _, k in due:
-                    bucket.append((_RESUME, k))
-                reschedule(h, t)
+            elif kind == _TX_RELEASED or kind == _RX_RELEASED:
+                d = 0 if kind == _TX_RELEASED else 1
+                direction = directions[d][what]
+                if direction.holder == -1:             # an earlier collective's message
+                    direction.holder = None
+                if direction.waiting and direction.holder is None:
+                    grant(d, what, t)
             elif kind == _LATCHED:
                 for k in latch:
                     run_rank(k, t)
