@@ -445,9 +445,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     def run_rank(k, t):
         """Process k's actions from t until one waits."""
         program = programs[k]
-        while pc[k] < len(program):
-            action = program[pc[k]]
-            pc[k] += 1
+        i, last = pc[k], len(program)
+        while i < last:
+            action = program[i]
+            i += 1
             kind = action[0]
             if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
                 if action[1] > 0 and cpus is not None:
@@ -458,6 +459,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     reschedule(host[k], t)
                 else:
                     push(t, _RESUME, k)
+                pc[k] = i
                 return
             if kind == EXCHANGE:
                 pending[k] = 2
@@ -465,6 +467,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 waiting_on[2 * action[2] + 1] = k
                 post(action[1], t)
                 post(action[2], t)
+                pc[k] = i
                 return
             if kind == ALL:
                 pending[k] = len(action[1]) + len(action[2])
@@ -474,15 +477,18 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     waiting_on[2 * m + 1] = k
                 for m in (*action[1], *action[2]):
                     post(m, t)
+                pc[k] = i
                 return
             if kind == SEND or kind == RECV:
                 pending[k] = 1
                 waiting_on[2 * action[1] + (kind == RECV)] = k
                 post(action[1], t)
+                pc[k] = i
                 return
             if kind == WAIT:
                 if action[1] > 0:
                     push(t + action[1], _RESUME, k)
+                    pc[k] = i
                     return
             elif kind == MARK:
                 marks[k].append(t)
@@ -493,6 +499,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 latch.append(k)
                 if len(latch) == together:
                     push(t, _LATCHED, None)
+                pc[k] = i
                 return
             elif kind == SPAWN:
                 spawned.append(k - pairs)
@@ -502,11 +509,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 key = (k, action[1]) if kind == READY else (k - pairs, None)
                 if key not in fired:
                     waits[k] = key
+                    pc[k] = i
                     return
             elif cpus is not None:                 # ENTER, EXIT
                 reschedule(cpus.communicating(k, t, 1 if kind == ENTER else -1), t)
             else:
                 reschedule(host[k], t)
+        pc[k] = i
         finish[k] = t
         if k < pairs:
             push(t, _ENDED, k)                     # the process's own event
