@@ -52,11 +52,9 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            why = (f"the fast engine has no exact path ({reason}), and the DES would move more "
-                   f"than the {AUTO_DES_MESSAGES:.0e} messages --engine auto starts; use fewer "
-                   "ranks, or --engine des to wait for it")
-            raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: the DES would move "
-                              f"about {messages:.2g} messages, and {why}", why)
+            why = (f"the fast engine has no exact path ({reason}), and the DES would "
+                   f"{_beyond(messages)}; use fewer ranks, or --engine des to wait for it")
+            raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
     baseline = None
@@ -64,6 +62,12 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
         baseline = _baseline_s(spec.single_baseline(), profile)
     return derive(strategy, spec, timing, engine=engine, baseline_iteration_s=baseline,
                   model_bytes=profile.model_bytes, buffer_bytes=profile.buffer_bytes)
+
+
+def _beyond(messages: int) -> str:
+    """The DES's work where it is more than ``--engine auto`` starts, in words."""
+    return (f"move about {messages:.2g} messages, {messages / AUTO_DES_MESSAGES:,.0f} times the "
+            f"{AUTO_DES_MESSAGES:,} --engine auto starts")
 
 
 def _baseline_s(single: RunSpec, profile: Profile) -> float:
@@ -92,7 +96,15 @@ def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
     if engine == "fast":
         if timeline:
             raise UserError("--engine fast does not record a timeline; use --engine des")
-        return run_fast(spec, costs)
+        try:
+            return run_fast(spec, costs)
+        except NotExact as exc:
+            messages = des_messages(spec, costs)
+            if messages <= AUTO_DES_MESSAGES:
+                raise
+            # (--engine auto would decline it too: say what the DES would take)
+            raise NotExact(exc.reason, instead=f"the DES would {_beyond(messages)}; use "
+                           "fewer ranks, or --engine des to wait for it") from None
     ctx = SimContext(spec, costs, timeline=timeline)
     for rank in range(spec.world_size):
         ctx.env.process(strategy.rank_process(ctx, rank))

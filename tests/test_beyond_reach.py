@@ -80,6 +80,19 @@ def test_the_cli_says_it_in_one_line(capsys):
     assert err.count("\n") == 1 and "--engine des" in err
 
 
+@pytest.mark.parametrize("nodes, advice", [(1024, "--engine des to wait"),
+                                           (4, "--engine auto or des")])
+def test_engine_fast_advises_auto_only_where_auto_would_run(capsys, nodes, advice):
+    # hierarchical's trees inside hosts out of step: no fast path at any size
+    code = main(["predict", "--strategy", "ddp", "--nodes", str(nodes), "--batch-per-rank",
+                 "32", "--algorithm", "hierarchical", "--ranks-per-host", "2",
+                 "--straggler", "1:1.5", "--shared-cpu-cores", "2", "--engine", "fast"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "cannot model this run exactly" in err and advice in err
+    assert ("times the 500,000 --engine auto starts" in err) == (nodes == 1024)
+
+
 def test_a_sweep_leaves_those_cells_out_naming_why(capsys):
     # Three ranks a host on one pool: the middle one of each host gets both its messages
     # inside the host, and the world ring goes out of step.

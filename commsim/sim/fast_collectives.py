@@ -46,10 +46,9 @@ class NotExact(UserError):
     """The run needs the DES after all (found while computing it): ``--engine auto`` then runs
     the DES, ``--engine fast`` reports why."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, instead: str = "use --engine auto or des"):
         self.reason = reason
-        super().__init__(f"--engine fast cannot model this run exactly: {reason}; "
-                         "use --engine auto or des")
+        super().__init__(f"--engine fast cannot model this run exactly: {reason}; {instead}")
 
 
 def cpu_rate(cores: float, threads: float) -> float:
