@@ -52,8 +52,7 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            why = (f"the fast engine has no exact path ({reason}), and the DES would "
-                   f"{_beyond(messages)}; use fewer ranks, or --engine des to wait for it")
+            why = f"the fast engine has no exact path ({reason}), and {_beyond(messages)}"
             raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
@@ -65,9 +64,12 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
 
 
 def _beyond(messages: int) -> str:
-    """The DES's work where it is more than ``--engine auto`` starts, in words."""
-    return (f"move about {messages:.2g} messages, {messages / AUTO_DES_MESSAGES:,.0f} times the "
-            f"{AUTO_DES_MESSAGES:,} --engine auto starts")
+    """The DES's work where it is more than ``--engine auto`` starts, and what to do, in
+    words."""
+    times = messages / AUTO_DES_MESSAGES
+    return (f"the DES would move about {messages:.2g} messages, {times:,.{int(times < 10)}f} "
+            f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks, or "
+            "--engine des to wait for it")
 
 
 def _baseline_s(single: RunSpec, profile: Profile) -> float:
@@ -103,8 +105,7 @@ def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
             if messages <= AUTO_DES_MESSAGES:
                 raise
             # (--engine auto would decline it too: say what the DES would take)
-            raise NotExact(exc.reason, instead=f"the DES would {_beyond(messages)}; use "
-                           "fewer ranks, or --engine des to wait for it") from None
+            raise NotExact(exc.reason, instead=_beyond(messages)) from None
     ctx = SimContext(spec, costs, timeline=timeline)
     for rank in range(spec.world_size):
         ctx.env.process(strategy.rank_process(ctx, rank))
