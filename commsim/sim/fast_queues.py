@@ -409,7 +409,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         requested[d][h] = t
         if free:
             direction.holder = m
-            push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
+            at[t].append((_TX_GRANTED if d == 0 else _RX_GRANTED, m))     # (t is now)
         else:
             if direction.holder is None:       # released, its release not yet processed
                 grant(d, h, t)
