@@ -417,6 +417,18 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
                       predict(chosen, strategy, hosts, sc, engine="fast"))
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "ring", "ps", "dp"])
+@pytest.mark.parametrize("cpu", [dict(cores_per_host=1), dict(shared_cpu_cores=2),
+                                 dict(cores_per_host=0.5, cpu_efficiency=EFFICIENCY)])
+def test_one_slow_rank_on_shared_cores(strategy, cpu):
+    """One rank, slowed (a straggler's factor), its jobs on cores it shares with nothing: no
+    collective at all, and the fast engine's replay of its compute (it crashed on having no
+    collective to replay) gives the DES's times."""
+    sc = Scenario(global_batch=64, stragglers={0: 1.3}, **cpu)
+    assert_same_times(predict(PROFILE, strategy, 1, sc, engine="des"),
+                      predict(PROFILE, strategy, 1, sc, engine="fast"))
+
+
 @pytest.mark.parametrize("profile", ["contended", "bundled"])
 @pytest.mark.parametrize("hosts", [2, 3, 8])
 @pytest.mark.parametrize("uneven", [dict(stragglers={1: 1.5}),

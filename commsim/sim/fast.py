@@ -1055,8 +1055,8 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
                                    *body, *cast, (fast_queues.EXIT,)]
         for program in collectives:
             program.append((fast_queues.MARK,))
-    computes, begin, known = _compute_programs(run, buckets, messages, blocks[0].alike,
-                                               after_broadcast)
+    alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
+    computes, begin, known = _compute_programs(run, buckets, messages, alike, after_broadcast)
     for k, program in enumerate(computes):
         if buckets:
             program += [(fast_queues.SPAWN,),
