@@ -82,11 +82,23 @@ def test_the_cli_says_it_in_one_line(capsys):
 
 @pytest.mark.parametrize("nodes, advice", [(1024, "--engine des to wait"),
                                            (4, "--engine auto or des")])
-def test_engine_fast_advises_auto_only_where_auto_would_run(capsys, nodes, advice):
-    # hierarchical's trees inside hosts out of step: no fast path at any size
-    code = main(["predict", "--strategy", "ddp", "--nodes", str(nodes), "--batch-per-rank",
-                 "32", "--algorithm", "hierarchical", "--ranks-per-host", "2",
-                 "--straggler", "1:1.5", "--shared-cpu-cores", "2", "--engine", "fast"])
+def test_engine_fast_advises_auto_only_where_auto_would_run(capsys, monkeypatch, nodes,
+                                                            advice):
+    """A world ring on one pool beside a slow link: past a replay's reach at 1,024 ranks; at
+    4 the fast engine replays it, so a reason found on the way stands in for one."""
+    import commsim.simulate
+    from commsim.sim.fast import NotExact
+
+    run_fast = commsim.simulate.run_fast
+
+    def small_not_exact(spec, costs):
+        if spec.world_size <= 4 and spec.strategy == "ring":
+            raise NotExact("a reason found on the way")
+        return run_fast(spec, costs)
+
+    monkeypatch.setattr(commsim.simulate, "run_fast", small_not_exact)
+    code = main(["predict", "--strategy", "ring", "--nodes", str(nodes), "--batch-per-rank",
+                 "32", "--shared-cpu-cores", "2", "--slow-link", "3:10mbit", "--engine", "fast"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "cannot model this run exactly" in err and advice in err

@@ -136,19 +136,26 @@ def test_single_rank():
         assert_same(*both(strategy, 1))
 
 
-def test_auto_falls_back_where_fast_is_not_exact():
-    """Hierarchical's trees inside hosts sharing one pool out of step (no replay has them),
-    and a world ring of 1,024 ranks on one pool with a slow link (2p(p-1) messages a
-    collective at as many instants, more than a replay holds) go to the DES."""
+def test_auto_falls_back_where_fast_is_not_exact(monkeypatch):
+    """A run the fast engine finds on the way it cannot follow exactly (``NotExact``) goes to
+    the DES, and a world ring of 1,024 ranks on one pool with a slow link (2p(p-1) messages a
+    collective at as many instants, more than a replay holds) is refused up front."""
+    import commsim.simulate
     from commsim.api import run_spec
     from commsim.costs import cost_inputs
-    from commsim.sim.fast import unsupported
+    from commsim.sim.fast import NotExact, unsupported
+
+    def not_exact(spec, costs):
+        raise NotExact("a reason found on the way")
 
     shared = Scenario(global_batch=128, ranks_per_host=2, shared_cpu_cores=2,
                       stragglers={0: 1.5}, algorithm="hierarchical")
-    assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "des"
-    with pytest.raises(UserError, match="CPU pool"):
-        predict(PROFILE, "ring", 2, shared, engine="fast")
+    assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "fast"
+    with monkeypatch.context() as patched:
+        patched.setattr(commsim.simulate, "run_fast", not_exact)
+        assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "des"
+        with pytest.raises(UserError, match="a reason found on the way"):
+            predict(PROFILE, "ring", 2, shared, engine="fast")
     spec = run_spec(PROFILE, "ddp", 1024, Scenario(global_batch=None, batch_per_rank=1,
                                                    shared_cpu_cores=2, slow_links_Bps={0: 1e6}))
     assert "CPU pool" in unsupported(spec, cost_inputs(spec, PROFILE))

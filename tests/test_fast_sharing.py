@@ -381,7 +381,7 @@ def assert_same_times(des, fast):
        uneven=st.sampled_from([{}, dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3}),
                                dict(slow_links_Bps={1: 3e6})]),
        algorithm=st.sampled_from([None, "tree", "recursive_doubling", "rabenseifner",
-                                  "binomial"]),
+                                  "hierarchical", "binomial"]),
        extra=st.sampled_from([{}, dict(sync_every=2), dict(compression="fp16"),
                               dict(overlap=False), dict(group_size=2)]))
 def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, shape, uneven,
@@ -406,6 +406,8 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
         algorithm = "binomial" if strategy == "ps" else None
     elif algorithm is not None and strategy not in ("ddp", "ring"):
         algorithm = None
+    if algorithm == "hierarchical":
+        kw.pop("group_size", None)             # (refused together)
     if algorithm is not None:
         kw["algorithm"] = algorithm
     cpu_kw = {"one core": dict(cores_per_host=1.0 * local), "pool": dict(shared_cpu_cores=2),
@@ -427,6 +429,31 @@ def test_one_slow_rank_on_shared_cores(strategy, cpu):
     sc = Scenario(global_batch=64, stragglers={0: 1.3}, **cpu)
     assert_same_times(predict(PROFILE, strategy, 1, sc, engine="des"),
                       predict(PROFILE, strategy, 1, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+@pytest.mark.parametrize("hosts, local", [(1, 3), (2, 2), (3, 4), (5, 2)])
+@pytest.mark.parametrize("cpu, uneven", [
+    (dict(shared_cpu_cores=2), dict(stragglers={1: 1.5})),
+    (dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY), dict(slow_links_Bps={1: 3e6})),
+    (dict(cores_per_host=1), dict(stragglers={0: 1.3}, compression="fp16")),
+    (dict(cores_per_host=1.5), dict(stragglers={2: 0.7}, sync_every=2))],
+    ids=["pool+straggler", "efficiency+slow link", "one core+fp16", "1.5 cores+k=2"])
+def test_hierarchical_out_of_step_on_shared_cores_is_replayed(strategy, hosts, local, cpu,
+                                                              uneven):
+    """Reduce inside each host, ring of the hosts' first ranks, broadcast inside each host
+    (``fast_collectives.hierarchical_schedule``): replayed with the DES's processor sharing
+    where a host's ranks interleave on its cores (or a pool's), as the DES has it."""
+    kw = dict(uneven)
+    if strategy == "ring":
+        kw.pop("compression", None)
+    if hosts < 2:
+        kw.pop("slow_links_Bps", None)
+    p = hosts * local
+    sc = Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local,
+                  algorithm="hierarchical", **cpu, **kw)
+    fast = predict(PROFILE, strategy, hosts, sc, engine="fast")
+    assert_same_times(predict(PROFILE, strategy, hosts, sc, engine="des"), fast)
 
 
 @pytest.mark.parametrize("profile", ["contended", "bundled"])

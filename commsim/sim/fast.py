@@ -89,9 +89,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``--engine auto`` uses the DES instead:
 * jobs sharing a CPU out of step where the replay would hold more than ``_REPLAY_MESSAGES``
   messages (a world ring on a pool with a slow link: 2p(p-1) a collective, beyond about 200
-  ranks, every rank's every step at a time of its own), or whose algorithm is not a schedule of
-  messages (hierarchical's trees inside hosts); ``auto`` then runs the DES only within
-  ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
+  ranks, every rank's every step at a time of its own; hierarchical's ring of hosts likewise,
+  its trees inside hosts replayed with it over a row of every rank); ``auto`` then runs the
+  DES only within ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rarely, where the replay starts after
   DDP's buffer broadcast on one period of a uniform cluster and the order its ranks leave the
@@ -194,8 +194,12 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         algorithm = "ring"
     if algorithm not in SCHEDULES:
         return False
-    _, blocks = _blocks(spec, algorithm)
-    per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size) for blk in blocks)
+    if algorithm == "hierarchical":
+        per_collective = _hierarchical_messages(spec)
+    else:
+        _, blocks = _blocks(spec, algorithm)
+        per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size)
+                             for blk in blocks)
     return per_collective * _collectives(spec, costs) <= _REPLAY_MESSAGES
 
 
@@ -203,6 +207,13 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
 _MESSAGES = {"ring": lambda g: 2 * g * (g - 1), "tree": lambda g: 2 * (g - 1),
              "recursive_doubling": lambda g: g * (g.bit_length() + 2),
              "rabenseifner": lambda g: g * (2 * g.bit_length() + 2)}
+
+
+def _hierarchical_messages(spec: RunSpec) -> int:
+    """Messages a hierarchical all-reduce moves: inside each host, and a ring of the hosts'
+    first ranks."""
+    p, h = spec.world_size, spec.cluster.hosts
+    return 2 * (p - h) + 2 * h * (h - 1)
 
 
 def _collectives(spec: RunSpec, costs: CostInputs) -> int:
@@ -225,9 +236,8 @@ def des_messages(spec: RunSpec, costs: CostInputs) -> int:
         return 5 * (p - 1)
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     g = spec.group_size or p
-    if algorithm == "hierarchical":      # inside each host, and a ring of the hosts' leaders
-        h = spec.cluster.hosts
-        per_collective = 2 * (p - h) + 2 * h * (h - 1)
+    if algorithm == "hierarchical":
+        per_collective = _hierarchical_messages(spec)
     else:
         per_collective = p // g * _MESSAGES[algorithm](g)
     return per_collective * _collectives(spec, costs)
@@ -507,7 +517,10 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             comm = end - begin
             start = np.full(p, end)
 
-    ranks, blocks = _blocks(spec, algorithm)
+    if shares_cpu and algorithm == "hierarchical":     # replayed: one row of every host
+        ranks, blocks = np.arange(p), [Block(np.arange(p)[None], p)]
+    else:
+        ranks, blocks = _blocks(spec, algorithm)
     f, start, comm, begin = factor[ranks], start[ranks], comm[ranks], begin[ranks]
     forward = start + costs.forward_s * f / a
     backward_work = costs.backward_s * f

@@ -950,26 +950,34 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
 
 # -- trees and recursive doubling ----------------------------------------------------------------
 
-def _binomial_reduce(sched: Schedule, width: int, work: float) -> None:
-    """``collectives.binomial_reduce`` along each row: at distance m, position i + m sends to i
-    (i a multiple of 2m), which reduces ``work``·n."""
+def _trees(first, places) -> np.ndarray:
+    """Positions ``places`` of a tree counted from each of ``first`` (its position 0)."""
+    return (np.asarray(first)[:, None] + places[None, :]).ravel()
+
+
+def _binomial_reduce(sched: Schedule, width: int, work: float, first=(0,)) -> None:
+    """``collectives.binomial_reduce`` along each row (over the ``width`` positions from each
+    of ``first``): at distance m, position i + m sends to i (i a multiple of 2m), which
+    reduces ``work``·n."""
     m = 1
     while m < width:
-        dst = np.arange(0, width - m, 2 * m)
+        dst = _trees(first, np.arange(0, width - m, 2 * m))
         sched.send(dst + m, dst, work=work)
         m <<= 1
 
 
 def _binomial_broadcast(sched: Schedule, width: int, collective: str = "all_reduce",
-                        share=None) -> None:
-    """``collectives.binomial_broadcast`` along each row, from position 0: at distance m (from
-    the top down) position i sends to i + m (i a multiple of 2m).  ``share(m, dst)``: bytes per
-    n of each message when they vary (a scatter's subtrees)."""
+                        share=None, first=(0,)) -> None:
+    """``collectives.binomial_broadcast`` along each row (over the ``width`` positions from each
+    of ``first``), from its position 0: at distance m (from the top down) position i sends to
+    i + m (i a multiple of 2m).  ``share(m, dst)``: bytes per n of each message when they vary
+    (a scatter's subtrees; one tree a row)."""
     m = 1 << max(0, (width - 1).bit_length() - 1) if width > 1 else 0
     while m >= 1:
         src = np.arange(0, width - m, 2 * m)
-        sched.send(src, src + m, 1.0 if share is None else share(m, src + m),
-                   collective=collective)
+        mult = 1.0 if share is None else share(m, src + m)
+        src = _trees(first, src)
+        sched.send(src, src + m, mult, collective=collective)
         m >>= 1
 
 
@@ -1077,19 +1085,45 @@ def ring_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
     gamma = run.costs.gamma_s_per_B
 
     def build(s):
-        cols, right = np.arange(width), np.roll(np.arange(width), -1)
-        for step in range(2 * (size - 1)):
-            s.shift(cols, right, 1.0 / size, gamma / size if step < size - 1 else 0.0,
-                    blk.stride)
+        _ring_shifts(s, np.arange(width), size, gamma, blk.stride)
         if average:
-            s.gloo(cols, gamma)
+            s.gloo(np.arange(width), gamma)
 
     return run.schedule(f"ring {average}", blk, build)
 
 
+def _ring_shifts(sched: Schedule, cols, size: int, gamma: float, stride=None) -> None:
+    """``collectives._ring_steps`` among positions ``cols`` of a ring of ``size`` ranks: 2(size-1)
+    shifts of an n/size chunk to the right, the first half each reducing it."""
+    right = np.roll(np.arange(cols.size), -1)
+    for step in range(2 * (size - 1)):
+        sched.shift(cols, right, 1.0 / size, gamma / size if step < size - 1 else 0.0, stride)
+
+
+def hierarchical_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
+    """``collectives.hierarchical_allreduce`` after the overhead, step by step over a row of
+    whole hosts in rank order (for a replay: ``hierarchical_allreduce`` times it elsewhere):
+    binomial reduce inside each host to its first rank, the ring among the hosts' first
+    ranks, binomial broadcast inside each host, the divide."""
+    width, rph = blk.idx.shape[1], run.rph
+    assert width % rph == 0, "a row of whole hosts"
+    firsts = np.arange(0, width, rph)
+    gamma = run.costs.gamma_s_per_B
+
+    def build(s):
+        _binomial_reduce(s, rph, gamma, firsts)
+        _ring_shifts(s, firsts, firsts.size, gamma)
+        _binomial_broadcast(s, rph, first=firsts)
+        if average:
+            s.gloo(np.arange(width), gamma)
+
+    return run.schedule(f"hierarchical {average}", blk, build)
+
+
 # The all-reduces that are schedules of messages (their NIC queues can be replayed).
 SCHEDULES = {"tree": tree_schedule, "recursive_doubling": recursive_doubling_schedule,
-             "rabenseifner": rabenseifner_schedule, "ring": ring_schedule}
+             "rabenseifner": rabenseifner_schedule, "ring": ring_schedule,
+             "hierarchical": hierarchical_schedule}
 
 
 def _scheduled(name: str):
