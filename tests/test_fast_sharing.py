@@ -389,17 +389,34 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
     """Any strategy, CPU setting, unevenness and option together: the replay with the DES's
     processor sharing (or a closed path) gives the DES's times."""
     hosts, local = shape
-    kw = dict(uneven, **extra)
-    if "slow_links_Bps" in kw and hosts < 2:
-        kw.pop("slow_links_Bps")
+    cpu_kw = {"one core": dict(cores_per_host=1.0 * local), "pool": dict(shared_cpu_cores=2),
+              "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
+              "1.5 cores": dict(cores_per_host=1.5 * local)}[cpu]
+    sc = applicable(strategy, hosts, local, algorithm, dict(uneven, **extra, **cpu_kw))
+    chosen = profile_named(profile)
+    assert_same_times(predict(chosen, strategy, hosts, sc, engine="des"),
+                      predict(chosen, strategy, hosts, sc, engine="fast"))
+
+
+def applicable(strategy: str, hosts: int, local: int, algorithm, kw) -> Scenario:
+    """The scenario of ``kw`` (and ``algorithm``) on ``hosts`` of ``local`` ranks, less what
+    ``strategy`` does not take or the run cannot have (a straggler or slow link beyond it,
+    groups that do not divide it), 64 samples a rank."""
+    kw = dict(kw)
+    p = hosts * local
+    if "stragglers" in kw:
+        kw["stragglers"] = {r: f for r, f in kw["stragglers"].items() if r < p}
+    if "slow_links_Bps" in kw:
+        kw["slow_links_Bps"] = {h: b for h, b in kw["slow_links_Bps"].items() if h < hosts}
+        if hosts < 2:
+            kw.pop("slow_links_Bps")
     if strategy != "ddp":
-        kw.pop("compression", None)
-        kw.pop("overlap", None)
+        for name in ("compression", "overlap", "broadcast_buffers"):
+            kw.pop(name, None)
     if strategy in ("ps", "dp"):
         kw.pop("group_size", None)
     if strategy == "dp":
         kw.pop("sync_every", None)
-    p = hosts * local
     if kw.get("group_size") and p % kw["group_size"]:
         kw.pop("group_size")
     if algorithm == "binomial":
@@ -410,13 +427,31 @@ def test_jobs_sharing_a_cpu_out_of_step_match_the_des(strategy, profile, cpu, sh
         kw.pop("group_size", None)             # (refused together)
     if algorithm is not None:
         kw["algorithm"] = algorithm
-    cpu_kw = {"one core": dict(cores_per_host=1.0 * local), "pool": dict(shared_cpu_cores=2),
-              "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
-              "1.5 cores": dict(cores_per_host=1.5 * local)}[cpu]
-    chosen = profile_named(profile)
-    sc = Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local, **cpu_kw, **kw)
-    assert_same_times(predict(chosen, strategy, hosts, sc, engine="des"),
-                      predict(chosen, strategy, hosts, sc, engine="fast"))
+    return Scenario(global_batch=64 * p, bucket_bytes=500_000, ranks_per_host=local, **kw)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=st.sampled_from(["ddp", "ring", "ps", "dp"]),
+       profile=st.sampled_from(["plain", "contended", "bundled"]),
+       hosts=st.integers(1, 9), local=st.integers(1, 4),
+       cpu=st.sampled_from([{}, dict(cores_per_host=1), dict(cores_per_host=1.5),
+                            dict(shared_cpu_cores=2),
+                            dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY)]),
+       uneven=st.sampled_from([{}, dict(stragglers={1: 1.5}), dict(stragglers={0: 1.3}),
+                               dict(slow_links_Bps={0: 3e6}),
+                               dict(stragglers={1: 2.0}, slow_links_Bps={1: 30e6})]),
+       algorithm=st.sampled_from([None, "tree", "recursive_doubling", "rabenseifner",
+                                  "hierarchical", "binomial"]),
+       extra=st.sampled_from([{}, dict(sync_every=2), dict(compression="fp16"),
+                              dict(overlap=False), dict(group_size=2),
+                              dict(broadcast_buffers=False)]))
+def test_auto_gives_no_small_run_to_the_des(strategy, profile, hosts, local, cpu, uneven,
+                                            algorithm, extra):
+    """Up to 36 ranks, every strategy, algorithm and option in any combination has an exact
+    fast path (the tests above hold them to the DES): ``--engine auto`` needs the DES there
+    only to record a timeline."""
+    sc = applicable(strategy, hosts, local, algorithm, dict(uneven, **extra, **cpu))
+    assert predict(profile_named(profile), strategy, hosts, sc, engine="fast").engine == "fast"
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "ring", "ps", "dp"])
