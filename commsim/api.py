@@ -111,9 +111,10 @@ def _pairs(values, what: str, parse_value) -> dict[int, float]:
         key, sep, value = str(text).partition(":")
         if not sep or not key.strip().isdigit():
             raise UserError(f"--{what} takes INDEX:VALUE, got {text!r}")
-        if int(key) in out:        # (which one was meant? neither is dropped silently)
-            raise UserError(f"--{what} names {int(key)} twice")
-        out[int(key)] = parse_value(value)
+        index = int(key)
+        if index in out:           # (which one was meant? neither is dropped silently)
+            raise UserError(f"--{what} names {index} twice")
+        out[index] = parse_value(value)
     return out
 
 

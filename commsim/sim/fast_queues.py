@@ -446,76 +446,72 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         """Process k's actions from t until one waits."""
         program = programs[k]
         i, last = pc[k], len(program)
-        while i < last:
-            action = program[i]
-            i += 1
-            kind = action[0]
-            if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
-                if action[1] > 0 and cpus is not None:
-                    reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
-                elif action[1] > 0:
-                    end = gloo(k, t, action[1]) if kind == GLOO else t + action[1] / compute_rate
-                    jobs.setdefault(host[k], []).append((end, k))
-                    reschedule(host[k], t)
+        try:
+            while i < last:
+                action = program[i]
+                i += 1
+                kind = action[0]
+                if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
+                    if action[1] > 0 and cpus is not None:
+                        reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
+                    elif action[1] > 0:
+                        end = (gloo(k, t, action[1]) if kind == GLOO
+                               else t + action[1] / compute_rate)
+                        jobs.setdefault(host[k], []).append((end, k))
+                        reschedule(host[k], t)
+                    else:
+                        push(t, _RESUME, k)
+                    return
+                if kind == EXCHANGE:
+                    pending[k] = 2
+                    waiting_on[2 * action[1]] = k
+                    waiting_on[2 * action[2] + 1] = k
+                    post(action[1], t)
+                    post(action[2], t)
+                    return
+                if kind == ALL:
+                    pending[k] = len(action[1]) + len(action[2])
+                    for m in action[1]:
+                        waiting_on[2 * m] = k
+                    for m in action[2]:
+                        waiting_on[2 * m + 1] = k
+                    for m in (*action[1], *action[2]):
+                        post(m, t)
+                    return
+                if kind == SEND or kind == RECV:
+                    pending[k] = 1
+                    waiting_on[2 * action[1] + (kind == RECV)] = k
+                    post(action[1], t)
+                    return
+                if kind == WAIT:
+                    if action[1] > 0:
+                        push(t + action[1], _RESUME, k)
+                        return
+                elif kind == MARK:
+                    marks[k].append(t)
+                elif kind == GHOST:
+                    for m in action[1]:
+                        post(m, t)
+                elif kind == TOGETHER:
+                    latch.append(k)
+                    if len(latch) == together:
+                        push(t, _LATCHED, None)
+                    return
+                elif kind == SPAWN:
+                    spawned.append(k - pairs)
+                elif kind == SIGNAL:
+                    push(t, _SIGNALLED, (k - pairs, action[1]))
+                elif kind == READY or kind == JOIN:
+                    key = (k, action[1]) if kind == READY else (k - pairs, None)
+                    if key not in fired:
+                        waits[k] = key
+                        return
+                elif cpus is not None:                 # ENTER, EXIT
+                    reschedule(cpus.communicating(k, t, 1 if kind == ENTER else -1), t)
                 else:
-                    push(t, _RESUME, k)
-                pc[k] = i
-                return
-            if kind == EXCHANGE:
-                pending[k] = 2
-                waiting_on[2 * action[1]] = k
-                waiting_on[2 * action[2] + 1] = k
-                post(action[1], t)
-                post(action[2], t)
-                pc[k] = i
-                return
-            if kind == ALL:
-                pending[k] = len(action[1]) + len(action[2])
-                for m in action[1]:
-                    waiting_on[2 * m] = k
-                for m in action[2]:
-                    waiting_on[2 * m + 1] = k
-                for m in (*action[1], *action[2]):
-                    post(m, t)
-                pc[k] = i
-                return
-            if kind == SEND or kind == RECV:
-                pending[k] = 1
-                waiting_on[2 * action[1] + (kind == RECV)] = k
-                post(action[1], t)
-                pc[k] = i
-                return
-            if kind == WAIT:
-                if action[1] > 0:
-                    push(t + action[1], _RESUME, k)
-                    pc[k] = i
-                    return
-            elif kind == MARK:
-                marks[k].append(t)
-            elif kind == GHOST:
-                for m in action[1]:
-                    post(m, t)
-            elif kind == TOGETHER:
-                latch.append(k)
-                if len(latch) == together:
-                    push(t, _LATCHED, None)
-                pc[k] = i
-                return
-            elif kind == SPAWN:
-                spawned.append(k - pairs)
-            elif kind == SIGNAL:
-                push(t, _SIGNALLED, (k - pairs, action[1]))
-            elif kind == READY or kind == JOIN:
-                key = (k, action[1]) if kind == READY else (k - pairs, None)
-                if key not in fired:
-                    waits[k] = key
-                    pc[k] = i
-                    return
-            elif cpus is not None:                 # ENTER, EXIT
-                reschedule(cpus.communicating(k, t, 1 if kind == ENTER else -1), t)
-            else:
-                reschedule(host[k], t)
-        pc[k] = i
+                    reschedule(host[k], t)
+        finally:
+            pc[k] = i      # (where it waits, or its end)
         finish[k] = t
         if k < pairs:
             push(t, _ENDED, k)                     # the process's own event
