@@ -414,6 +414,9 @@ class _Ring:
                             self.compute_s[span] += self.now - group.start
                     run.procs[k][2] = None
                     self.ready.append((run, k))
+            # The runs it held that have since joined others hold it (their processes'
+            # states): the cycle freed now, not at the collector's next pass (``fast.run_fast``).
+            group.members.clear()
         self._reschedule()
 
     # -- messages ----------------------------------------------------------------------------
