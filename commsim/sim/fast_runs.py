@@ -159,18 +159,30 @@ class _Run:
         other.procs = [list(proc) for proc in self.procs]
         return other
 
-    def state(self):
-        """Where its processes are and what they wait for: what its timing depends on (its
-        ranks' compute speeds only where a compute job starts, which splits it by speed)."""
-        for _, _, pending in self.procs:
-            if type(pending) is list:              # ("step", ...): waiting on a neighbour,
-                return None                        # never joined
-        procs = []
-        for pc, rep, pending in self.procs:
-            if pending is not None and pending[0] == "job":
-                pending = ("job", id(pending[1]))
-            procs.append((pc, rep, pending))
-        return self.fired, self.talked, self.depth, self.sent, tuple(procs)
+    def alike(self, other: "_Run") -> bool:
+        """Whether both are in one state: where their processes are and what they wait for,
+        what their timing depends on (their ranks' compute speeds only where a compute job
+        starts, which splits a run by speed).  A run waiting on a neighbour is never joined.
+        Compared field by field, as runs are at every batch of the loop (``_Ring._join``),
+        most of them differing early."""
+        if self.sent != other.sent or self.fired != other.fired \
+                or self.depth != other.depth or self.talked != other.talked:
+            return False
+        for (pc, rep, pending), (their_pc, their_rep, theirs) in zip(self.procs, other.procs):
+            if type(pending) is list or type(theirs) is list:
+                return False                       # (waiting on a neighbour: no state)
+            if pc != their_pc or rep != their_rep:
+                return False
+            if pending is theirs:
+                continue
+            if pending is None or theirs is None:
+                return False
+            if pending[0] == "job" or theirs[0] == "job":
+                if pending[0] != theirs[0] or pending[1] is not theirs[1]:
+                    return False
+            elif pending != theirs:
+                return False
+        return True
 
 
 class _Ring:
@@ -270,7 +282,7 @@ class _Ring:
             if run.alive:
                 for proc in run.procs:
                     if type(proc[2]) is list:
-                        break                  # (waiting on a neighbour: ``state`` None)
+                        break                  # (waiting on a neighbour: never joined)
                 else:
                     ready[id(run)] = run
         if len(ready) < 2:
@@ -279,13 +291,10 @@ class _Ring:
         for run in sorted(ready.values(), key=lambda r: r.lo):
             if not run.alive or run.n == self.p:
                 continue
-            key = None
             while run.n < self.p:
                 right = self.first.get((run.lo + run.n) % self.p)
-                if right is None or right is run or id(right) not in ready:
-                    break
-                key = run.state() if key is None else key
-                if key is None or right.state() != key:
+                if right is None or right is run or id(right) not in ready \
+                        or not run.alike(right):
                     break
                 joined = run.copy(run.lo, run.n + right.n)
                 self._drop(run)
@@ -805,8 +814,7 @@ class _Ring:
             after = {(run.lo + run.n) % p: run for run, _ in batch}
             for other, _ in batch:
                 run = after.get(other.lo)
-                if run is not None and run is not other and run.state() is not None \
-                        and run.state() == other.state():
+                if run is not None and run is not other and run.alike(other):
                     return True
             return False
 
