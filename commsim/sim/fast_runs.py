@@ -171,16 +171,9 @@ class _Run:
         for (pc, rep, pending), (their_pc, their_rep, theirs) in zip(self.procs, other.procs):
             if type(pending) is list or type(theirs) is list:
                 return False                       # (waiting on a neighbour: no state)
-            if pc != their_pc or rep != their_rep:
-                return False
-            if pending is theirs:
-                continue
-            if pending is None or theirs is None:
-                return False
-            if pending[0] == "job" or theirs[0] == "job":
-                if pending[0] != theirs[0] or pending[1] is not theirs[1]:
-                    return False
-            elif pending != theirs:
+            # (("job", group) pairs are equal for one group: groups compare by identity)
+            if pc != their_pc or rep != their_rep or (pending is not theirs
+                                                      and pending != theirs):
                 return False
         return True
 
