@@ -127,6 +127,31 @@ def test_a_run_that_keeps_parting_is_refused():
         ring.run()
 
 
+def test_each_straggler_brings_its_own_staircases():
+    """DDP with small buckets beside four stragglers takes some 48 events a rank: O(p), but
+    past the budget one straggler needs (32p), which refused it as runs that keep parting
+    from about 5,000 ranks on.  The budget grows with the stragglers."""
+    ranks = 8192
+    stragglers = {i * 7919 % ranks: 1.2 + 0.1 * i for i in range(4)}
+    count = []
+    original = fast_runs._Ring.run
+
+    def run(self):
+        original(self)
+        count.append(self.events)
+
+    fast_runs._Ring.run = run
+    try:
+        result = predict(load_default(), "ddp", ranks,
+                         Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                                  bucket_bytes=1_000_000, stragglers=stragglers),
+                         engine="fast")
+    finally:
+        fast_runs._Ring.run = original
+    assert result.engine == "fast"
+    assert count[0] > 32 * ranks + 100_000, count
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "ring"])
 def test_events_grow_with_the_ranks(strategy):
     """The DES moves 2p(p-1) messages an all-reduce; the runs take O(p) events an iteration:

@@ -212,10 +212,12 @@ class _Ring:
         self.last: dict = {}                       # last rank -> run
         self.arrived: list = []                    # (run, process, time) at the broadcast
         self.events = 0
-        # O(p) events where runs stay few (DDP about 2p a bucket its straggler holds back:
-        # 19p with 4 MB buckets); beyond, the ranks part at O(p^2) instants and the runs
-        # would take longer than the DES's refusal.
-        self.budget = 32 * self.p + 100_000
+        # O(p) events where runs stay few: about 2p for a ring per tensor, more with DDP's
+        # buckets, every one of which a straggler holds back (8p with 25 MB buckets, 19p
+        # with 4 MB, 28p with 1 MB), and each further straggler brings staircases of its own
+        # (2 to 32 stragglers, 1 MB buckets, 2,048 ranks: 39p to 95p).  Beyond, the ranks
+        # part at O(p^2) instants and the runs would take longer than the DES's refusal.
+        self.budget = 32 * self.p * max(1, len(spec.stragglers)) + 100_000
         # Per rank: its compute speed, and what it reports.  Ranks of one run share these
         # but for the compute seconds (a compute job splits a run by speed).
         self.factor = np.array([spec.stragglers.get(r, 1.0) for r in range(self.p)])
