@@ -261,6 +261,19 @@ def test_runs_in_step_stride_as_the_glide_steps(strategy, case):
     assert steps > glided_events / 2, (steps, glided_events)
 
 
+def test_a_faster_rank_strides_with_its_neighbours():
+    """A rank faster than the rest is a run of its own inside the ring (its backward ahead of
+    theirs); at each ring step it posts before its neighbours, so they pair with it as they
+    post instead of leaving an end rank to wait for it and joining it again at the next
+    step, and the runs' steps stride (most of the events): the DES's times."""
+    sc = Scenario(global_batch=32 * 48, bucket_bytes=2_000_000, shared_cpu_cores=2,
+                  stragglers={1: 1.5, 24: 0.7})
+    result, strode = counted("_stride", "ddp", 48, sc)
+    _, events = counted("run", "ddp", 48, sc)
+    assert_same(predict(load_default(), "ddp", 48, sc, engine="des"), result)
+    assert strode > events / 2, (strode, events)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
        strategy=st.sampled_from(["ddp", "ring"]), hosts=st.sampled_from([17, 24, 31]),

@@ -178,6 +178,15 @@ class _Run:
         return True
 
 
+def _posting(run: _Run) -> tuple:
+    """The order in which runs due at one instant are taken: one-rank runs first, then by
+    first rank.  A rank alone (a faster one, its backward ahead of its neighbours') then posts
+    before the runs beside it, which pair with it as they post, rather than leave an end rank
+    to wait for it and join it again at the next step.  (The DES's times do not depend on
+    this order: messages posted at one instant start at that instant.)"""
+    return run.n != 1, run.lo
+
+
 class _Ring:
     """The event loop over runs."""
 
@@ -728,9 +737,9 @@ class _Ring:
         staircase), or takes in the ranks beside it, which posted this step and wait on it
         (the staircase unwinds): O(p) events an all-reduce, the most of an iteration's.
         Here events are taken as ``run`` takes them (the timers due at one instant, or the
-        jobs that end, as one batch in rank order), with a ring step's reduction starting,
-        and a post in those two shapes, done in line (the arithmetic of ``_job`` and
-        ``_post``, in their order) and anything else by ``_resume``.  The glide leaves to the
+        jobs that end, as one batch in ``_posting`` order), with a ring step's reduction
+        starting, and a post in those two shapes, done in line (the arithmetic of ``_job``
+        and ``_post``, in their order) and anything else by ``_resume``.  The glide leaves to the
         loop what only it does: runs that ``_join`` would join, a batch of every run
         (``_jump``), and jobs ending other than ring steps' reductions."""
         k, p = self.talker, self.p
@@ -847,7 +856,7 @@ class _Ring:
             if loops(batch):
                 self.ready += batch
                 return
-            batch.sort(key=lambda item: (item[0].lo, item[1]))
+            batch.sort(key=lambda item: (_posting(item[0]), item[1]))
             started = False
             for run, j in batch:
                 if not (run.alive and run.procs[j][2] is None):
@@ -877,7 +886,7 @@ class _Ring:
         ready at one program position), while nothing else happens: the glide's events
         without its timers and batches.
 
-        Each step, in rank order as the glide takes them, a run posts (``_post``): beside a
+        Each step, in the glide's order (``_posting``), a run posts (``_post``): beside a
         rank that waits on this step with its other message in (a staircase's step) it takes
         it in; beside ranks not at this step (or the ones it left) it leaves its end rank to
         wait (made once the steps stop: nothing looks at it before); beside a one-rank run of
@@ -889,8 +898,9 @@ class _Ring:
         Returns the batch ready now (empty where a reduction runs; None where a job not
         theirs ends with it: the loop's)."""
         k, p = self.talker, self.p
-        if not 1 <= len(batch) <= 4 or len(self.kinds) != 1:
-            return batch
+        if not 1 <= len(batch) <= 8 or len(self.kinds) != 1:
+            return batch                       # (a few: a straggler's staircase is one to
+            # three runs, a second straggler, faster or slower, brings its own few)
         program = self.programs[k]
         runs = []
         for run, j in batch:
@@ -1186,7 +1196,7 @@ class _Ring:
             if plans is None:
                 plans = []
                 if len(runs) > 1:
-                    runs.sort(key=lambda run: run.lo)
+                    runs.sort(key=_posting)
                 order = {id(run): i for i, run in enumerate(runs)}
                 for i, run in enumerate(runs):
                     if run.sent + chunk != sent:
@@ -1275,7 +1285,7 @@ class _Ring:
                 if right is not None and right is not run and id(right) in order \
                         and not apart(run, right):
                     return settle(batch)
-                if i and runs[i - 1].lo > run.lo:
+                if i and _posting(runs[i - 1]) > _posting(run):
                     plans = None               # (the order changed: judge it all again)
 
     def run(self):
@@ -1285,7 +1295,7 @@ class _Ring:
                 batch, self.ready = self.ready, []
                 self._jump(batch)
                 if len(batch) > 1:
-                    batch.sort(key=lambda item: (item[0].lo, item[1]))
+                    batch.sort(key=lambda item: (_posting(item[0]), item[1]))
                 self.deferred = False
                 for run, k in batch:
                     if run.alive and run.procs[k][2] is None:
