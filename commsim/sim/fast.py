@@ -143,6 +143,7 @@ from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact,
                                           host_bandwidths, intra_link, lcm, replay)
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
+from commsim.units import fmt_bytes
 
 __all__ = ["NotExact", "data_parallel", "des_messages", "parameter_server", "ring_like",
            "run_fast", "unsupported"]
@@ -201,6 +202,34 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size)
                              for blk in blocks)
     return per_collective * _collectives(spec, costs) <= _REPLAY_MESSAGES
+
+
+# A whole replay's memory a message: its seven columns, its places in the programs, the
+# replay's state (1.8 GiB at 4.5 million messages, 8,192 ranks with recursive doubling and a
+# ring per tensor; 0.4 KiB a message between that and 4,096 ranks).
+_REPLAY_BYTES_PER_MESSAGE = 420
+
+
+def _fits_in_memory(messages: int) -> None:
+    """NotExact where a replay of ``messages`` would need more memory than this machine has
+    free: a refusal that says so, not the kernel's out-of-memory kill minutes later."""
+    need, free = messages * _REPLAY_BYTES_PER_MESSAGE, _available_memory()
+    if free is not None and need > free:
+        raise NotExact(f"a replay of every rank would hold about {messages:,} messages "
+                       f"({fmt_bytes(need)}), more than the {fmt_bytes(free)} of memory this "
+                       f"machine has free", instead="use fewer ranks")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory free for new work (Linux's MemAvailable), None where not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 # Messages an all-reduce over g ranks moves (the doubling ones at most: a fold adds a few).
@@ -1050,6 +1079,12 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     n = run.ranks.size
     fp16 = buckets and spec.compression == "fp16"
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
+    # The messages of the ranks replayed: a block's positions (a period of a uniform ring, a
+    # plan's hosts standing for classes) each move a rank's share of its collective's.
+    _fits_in_memory(len(sizes) * (
+        _hierarchical_messages(spec) if algorithm == "hierarchical"
+        else round(sum(blk.idx.size * _MESSAGES[algorithm](blk.size) / blk.size
+                       for blk in blocks if blk.size > 1))))
     collectives = [[] for _ in range(n)]
     messages = [[] for _ in range(7)]
     overhead = costs.overhead("all_reduce")
