@@ -220,6 +220,15 @@ def _fits_in_memory(messages: int) -> None:
                        f"machine has free", instead="use fewer ranks")
 
 
+def _replayed_messages(spec: RunSpec, algorithm: str, blocks) -> int:
+    """Messages one all-reduce moves among the ranks a replay holds: each position of a block
+    (a period of a uniform ring, a plan's hosts standing for classes) a rank's share."""
+    if algorithm == "hierarchical":
+        return _hierarchical_messages(spec)
+    return round(sum(blk.idx.size * _MESSAGES[algorithm](blk.size) / blk.size
+                     for blk in blocks if blk.size > 1))
+
+
 def _available_memory() -> int | None:
     """Bytes of memory free for new work (Linux's MemAvailable), None where not known."""
     try:
@@ -1079,12 +1088,7 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     n = run.ranks.size
     fp16 = buckets and spec.compression == "fp16"
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
-    # The messages of the ranks replayed: a block's positions (a period of a uniform ring, a
-    # plan's hosts standing for classes) each move a rank's share of its collective's.
-    _fits_in_memory(len(sizes) * (
-        _hierarchical_messages(spec) if algorithm == "hierarchical"
-        else round(sum(blk.idx.size * _MESSAGES[algorithm](blk.size) / blk.size
-                       for blk in blocks if blk.size > 1))))
+    _fits_in_memory(len(sizes) * _replayed_messages(spec, algorithm, blocks))
     collectives = [[] for _ in range(n)]
     messages = [[] for _ in range(7)]
     overhead = costs.overhead("all_reduce")
