@@ -65,6 +65,49 @@ def test_hierarchical_on_shared_hosts(hosts, local):
     assert abs(r.comm_s - expected) / expected < 1e-9
 
 
+@pytest.mark.parametrize("hosts, local, group", [(4, 2, 4), (6, 2, 6), (4, 3, 6), (4, 2, 2),
+                                                  (3, 2, 6)])
+def test_hierarchical_within_groups_of_whole_hosts(hosts, local, group):
+    """``--group-size`` with the hierarchical algorithm: each group reduces inside its hosts,
+    rings among its hosts' first ranks and broadcasts back, as a cluster of its own hosts
+    would (the closed form over group // local hosts; one host: no ring)."""
+    intra_bw, intra_lat = 2e9, 5e-6
+    from dataclasses import replace
+    prof = replace(PROFILE, network=replace(PROFILE.network, intra_host_bandwidth_Bps=intra_bw,
+                                            intra_host_latency_s=intra_lat))
+    cluster = default_cluster(prof, hosts, ranks_per_host=local, cores_per_host=4 * local)
+    spec = RunSpec(strategy="ring", cluster=cluster, global_batch=64 * hosts * local,
+                   algorithm="hierarchical", group_size=group)
+    r = simulate(spec, prof)
+    expected = sum(cf.hierarchical_allreduce_s(n, group // local, local, ALPHA, 1 / BW, GAMMA,
+                                               intra_lat, 1 / intra_bw, O)
+                   + cf.scale_s(n, group, GAMMA) for n in (4000, 1_000_000))
+    assert abs(r.comm_s - expected) / expected < 1e-9
+
+
+def test_hierarchical_within_groups_on_one_rank_a_host_is_the_groups_ring():
+    """One rank a host: every rank is its host's first, and a group's hierarchical all-reduce
+    is the ring among its ranks, which the fast engine computes as the DES does."""
+    for nodes, group in ((4, 2), (6, 4), (8, 3)):
+        sc = Scenario(global_batch=64 * nodes, group_size=group, algorithm="hierarchical")
+        des = predict(PROFILE, "ddp", nodes, sc, engine="des")
+        ring = predict(PROFILE, "ddp", nodes, Scenario(global_batch=64 * nodes, group_size=group),
+                       engine="des")
+        fast = predict(PROFILE, "ddp", nodes, sc, engine="fast")
+        assert des.iteration_s == ring.iteration_s
+        assert fast.iteration_s == pytest.approx(des.iteration_s, rel=1e-9)
+
+
+def test_hierarchical_groups_on_shared_hosts_run_on_the_des(capsys):
+    from commsim.cli import main
+    args = ["predict", "--strategy", "ddp", "--nodes", "4", "--ranks-per-host", "2",
+            "--group-size", "4", "--algorithm", "hierarchical"]
+    assert main(args) == 0 and "engine des" in capsys.readouterr().out
+    assert main(args + ["--engine", "fast"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "within groups" in err
+
+
 def test_latency_bound_small_tensors_prefer_doubling_bandwidth_bound_prefer_ring():
     small = {a: cf.allreduce_s(a, 1000, 16, ALPHA, 1 / BW, GAMMA) for a in cf.ALLREDUCE_ALGORITHMS}
     big = {a: cf.allreduce_s(a, 1e8, 16, ALPHA, 1 / BW, GAMMA) for a in cf.ALLREDUCE_ALGORITHMS}

@@ -237,14 +237,16 @@ def tree_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str = "all_r
 def hierarchical_allreduce(ctx: SimContext, rank: int, nbytes: float, name: str = "all_reduce",
                            ranks=None, average: bool = True):
     """Reduce inside the host to its first rank, ring all-reduce among the hosts' first ranks
-    over the network, broadcast inside the host (Horovod's hierarchical all-reduce)."""
+    over the network, broadcast inside the host (Horovod's hierarchical all-reduce); within
+    ``ranks`` (a group), the group's ranks on each host and the first of them."""
     c = ctx.cluster
-    if ctx.world <= 1:
+    ranks = tuple(ranks) if ranks is not None else tuple(range(ctx.world))
+    if len(ranks) <= 1:
         return
     host = c.host_of(rank)
-    local = tuple(r for r in range(ctx.world) if c.host_of(r) == host)
-    leaders = tuple(sorted({min(r for r in range(ctx.world) if c.host_of(r) == h)
-                            for h in range(c.hosts)}))
+    local = tuple(r for r in ranks if c.host_of(r) == host)
+    leaders = tuple(sorted({min(r for r in ranks if c.host_of(r) == h)
+                            for h in {c.host_of(r) for r in ranks}}))
     with ctx.collective(rank, name, nbytes):
         yield from ctx.wait(ctx.costs.overhead("all_reduce"))
         yield from binomial_reduce(ctx, rank, nbytes, local)

@@ -159,6 +159,10 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return "it does not record a timeline"
     if not strategy.has_fast:
         return f"it does not model strategy {spec.strategy!r}"
+    if (spec.group_size or spec.world_size) < spec.world_size \
+            and spec.cluster.ranks_per_host > 1 and strategy.algorithm(spec) == "hierarchical":
+        # (one rank a host: every rank is its host's first, and a group's all-reduce its ring)
+        return "it does not model hierarchical all-reduces within groups of several ranks a host"
     reason = _cpu_reason(spec, costs)
     if (reason is None or fast_lockstep.covers(spec) or fast_runs.covers(spec)
             or _replays_cpu(spec, costs)):

@@ -90,8 +90,6 @@ class Strategy(ABC):
             allowed = ", ".join(self.algorithms) or "none"
             raise UserError(f"strategy {self.name!r} has no algorithm {spec.algorithm!r}; "
                             f"choose from {allowed}")
-        if spec.algorithm == "hierarchical" and spec.group_size is not None:
-            raise UserError("--group-size with the hierarchical algorithm is not modelled")
 
     def algorithm(self, spec: RunSpec) -> str:
         return spec.algorithm or (self.algorithms[0] if self.algorithms else "")
