@@ -253,9 +253,14 @@ _MESSAGES = {"ring": lambda g: 2 * g * (g - 1), "tree": lambda g: 2 * (g - 1),
 
 def _hierarchical_messages(spec: RunSpec) -> int:
     """Messages a hierarchical all-reduce moves: inside each host, and a ring of the hosts'
-    first ranks."""
-    p, h = spec.world_size, spec.cluster.hosts
-    return 2 * (p - h) + 2 * h * (h - 1)
+    first ranks; within groups, each group's on its own hosts."""
+    p, rph = spec.world_size, spec.cluster.ranks_per_host
+    g = spec.group_size or p
+    ranks = np.arange(p)
+    # Per group, the hosts it spans (a group's ranks are consecutive: its (group, host) pairs).
+    pairs = np.unique(ranks // g * spec.cluster.hosts + ranks // rph)
+    h = np.bincount(pairs // spec.cluster.hosts)
+    return int(2 * (p - h.sum()) + (2 * h * (h - 1)).sum())
 
 
 def _collectives(spec: RunSpec, costs: CostInputs) -> int:
