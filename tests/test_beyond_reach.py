@@ -124,9 +124,10 @@ def test_a_sweep_leaves_those_cells_out_naming_why(capsys):
 
 
 def test_a_replay_past_the_free_memory_is_declined_before_it_starts(capsys, monkeypatch):
-    """Every rank's replay holds its messages (about 0.4 KiB each): where they would not fit
-    in the memory this machine has free, the fast engine says so before it builds them (the
-    kernel would kill it later), and ``--engine auto`` runs the DES where it ends soon."""
+    """Every rank's replay holds its messages (about 0.4 KiB each; DDP's buckets all at once):
+    where they would not fit in the memory this machine has free, the fast engine says so
+    before it builds them (the kernel would kill it later), and ``--engine auto`` runs the
+    DES where it ends soon."""
     from commsim.sim import fast
     from commsim.sim.fast import NotExact
 
@@ -134,13 +135,13 @@ def test_a_replay_past_the_free_memory_is_declined_before_it_starts(capsys, monk
     # process is replayed through its host's NIC queues.
     sc = Scenario(ranks_per_host=2, algorithm="recursive_doubling")
     monkeypatch.setattr(fast, "_available_memory", lambda: None)       # (not known: run it)
-    answer = predict(load_default(), "ring", 12, sc, engine="fast")
-    monkeypatch.setattr(fast, "_available_memory", lambda: 2**20)
-    with pytest.raises(NotExact, match="messages .* more than the 1.00 MiB of memory"):
-        predict(load_default(), "ring", 12, sc, engine="fast")
-    des = predict(load_default(), "ring", 12, sc)
+    answer = predict(load_default(), "ddp", 12, sc, engine="fast")
+    monkeypatch.setattr(fast, "_available_memory", lambda: 2**16)
+    with pytest.raises(NotExact, match="messages .* more than the 64.00 KiB of memory"):
+        predict(load_default(), "ddp", 12, sc, engine="fast")
+    des = predict(load_default(), "ddp", 12, sc)
     assert des.engine == "des" and des.iteration_s == pytest.approx(answer.iteration_s, rel=1e-9)
-    code = main(["predict", "--strategy", "ring", "--nodes", "12", "--ranks-per-host", "2",
+    code = main(["predict", "--strategy", "ddp", "--nodes", "12", "--ranks-per-host", "2",
                  "--algorithm", "recursive_doubling", "--engine", "fast"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "memory" in err

@@ -105,7 +105,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   doubling algorithm.  That replay is an event simulation of its own (about 1 us an event):
   a uniform cluster of a power of two of hosts takes 0.1 s at 65,536 ranks; an uneven one,
   or one whose doubling algorithm folds, 0.15-0.4 s at 1,024 ranks with DDP's few buckets
-  and 1.5-5 s with a collective per tensor (``bench/scale.py --combos``), except where a
+  and 0.5-1.7 s with a collective per tensor, replayed a tensor at a time and once for each
+  state a tensor of its size starts from (``_tensor_by_tensor``; ``bench/scale.py
+  --combos``), except where a
   straggler is late to the first tensor only and the ranks leave it alike: two hosts stand
   for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
   tensor goes by class (``_wave``: recursive doubling on 2 log2(hosts) + 2 hosts,
@@ -729,6 +731,8 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     spec, costs = run.spec, run.costs
     tail = None if buckets or len(costs.param_bytes) < 2 else _alike_block(spec, algorithm)
     if tail is None:
+        if not buckets:
+            return _tensor_by_tensor(run, blocks, algorithm, start)
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
         return run, synced, comm
     first = _wave(spec, costs, algorithm)
@@ -750,12 +754,86 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
             end = _allreduce(twin, [tail], algorithm, t, nbytes)
             later, t = later + (end - t), end
     except NotExact:                       # every tensor, from the start
-        run = Run(spec, costs, run.ranks)
-        synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
-        return run, synced, comm
+        return _tensor_by_tensor(Run(spec, costs, run.ranks), blocks, algorithm, start)
     p = spec.world_size
     _add_tiled(run, twin)
     return run, _tile(t, p), comm + _tile(later, p)
+
+
+def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
+    """``_sync_replayed``'s answer for every tensor all-reduced after backward (the run that
+    counted the bytes, when each rank is synchronised, its time in the collectives), one
+    all-reduce replayed at a time, and once for each state it starts from.
+
+    The first tensor is replayed with the iteration's compute; each next one alone
+    (``Schedule.run``) from when each rank left the last, with the NIC directions as the
+    last left them (a request ahead of an earlier collective's is NotExact) and the ranks
+    due at one instant started in the order they left it (``Run.start_order``: the DES's
+    event order, in which a rank leaving an all-reduce goes on to the next).  An all-reduce
+    is then a function of its bytes and of the state it starts from as seen from its first
+    start (each rank's start, each direction's free and requested instants, that order), and
+    a state seen before with a tensor of a size seen before gives the earlier answer shifted:
+    VGG-11's biases and norms come three of a size, and a bucket-less ring of uneven hosts
+    goes back to a few states (1,000 ranks, two a host, recursive doubling: 12 of 34
+    all-reduces replayed once, each start a few instants apart).  Where a replay is NotExact
+    every tensor is replayed at once, from the start."""
+    spec, costs = run.spec, run.costs
+    n = run.ranks.size
+    fresh = Run(spec, costs, run.ranks)
+    run.sequence = []
+    try:
+        synced, comm, _ = _sync_replayed(run, blocks, algorithm, False, start, tensors=1)
+        # (each rank's marks: the tensor's launch, its end, the optimizer's start)
+        order = _in_order_of(run.sequence, n, passes=1)
+        seen: dict = {}
+        counted = (run.sent, run.received, run.nic_sent, run.nic_received)
+        t = synced
+        for nbytes in costs.param_bytes[1:]:
+            base = float(t.min())
+            nics = run.nics
+            # (the order matters only among ranks that start at one instant)
+            key = (nbytes, None if order is None else np.lexsort((order, t)).tobytes(),
+                   (t - base).tobytes(),
+                   *((x - base).tobytes() for x in (*nics.free, *nics.requested)))
+            known = seen.get(key)
+            if known is None:
+                before = [x.copy() for x in counted]
+                run.start_order, run.sequence = order, []
+                end = _allreduce(run, blocks, algorithm, t, nbytes)
+                # (no replay, no queue: the next starts as the cluster's ranks would)
+                order = _in_order_of(run.sequence, n, passes=0) if run.sequence else None
+                seen[key] = (end - base, order, tuple(x - base for x in (*nics.free,
+                                                                          *nics.requested)),
+                             [x - y for x, y in zip(counted, before)])
+            else:
+                shifted, order, directions, bytes_ = known
+                end = base + shifted
+                nics.free = tuple(base + x for x in directions[:2])
+                nics.requested = tuple(base + x for x in directions[2:])
+                for total, more in zip(counted, bytes_):
+                    total += more
+            comm = comm + (end - t)
+            t = end
+    except NotExact:
+        synced, comm, _ = _sync_replayed(fresh, blocks, algorithm, False, start)
+        return fresh, synced, comm
+    finally:
+        run.start_order = run.sequence = None
+    return run, t, comm
+
+
+def _in_order_of(sequence: list, n: int, passes: int) -> np.ndarray:
+    """Per process of n, its place in the order ``sequence`` (``fast_queues.simulate``'s)
+    takes them at their entry number ``passes``; those without one after all."""
+    order = n + np.arange(n)
+    count = [0] * n
+    place = 0
+    for k in sequence:
+        if count[k] == passes:
+            order[k] = place
+            place += 1
+        count[k] += 1
+    return order
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,13 @@ class Run:
         # runs a failing check would waste.
         self.released = None
         self.released_ok = None
+        # Where a collective is replayed alone after another replayed alone (``fast._tensor_by_
+        # tensor``): per rank, its place among those that start at one instant (the order in
+        # which they left the last, as the DES resumes them), instead of rank order; and a list
+        # to which the replay appends its processes as they pass a mark and end
+        # (``fast_queues.simulate``'s ``sequence``), or None.
+        self.start_order = None
+        self.sequence = None
         # Whether ranks due at one instant on alike hosts resume in rank order in the DES, as
         # a uniform cluster's do from the start; not after an uneven collective
         # (``fast._replayed_then_alike``): a replay then checks that its times do not depend
@@ -778,7 +785,8 @@ class Schedule:
                 whole[k] = program
             finish, _ = replay(run, messages, whole, start.ravel(), flat,
                                order_known=(self.alike or uniform_cluster(run.spec))
-                               and run.order_known, hosts_in_order=run.hosts_in_order)
+                               and run.order_known or run.start_order is not None,
+                               hosts_in_order=run.hosts_in_order)
             T = finish[idx]
         self.account(nbytes)
         return T
@@ -884,7 +892,9 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
 
     Processes starting at one instant start in simpy's event order, which ``simulate`` takes
     to be rank order: so it is at the start of an iteration (simpy starts the ranks in rank
-    order), and on a uniform cluster whose ranks did alike before.  Where it may not be
+    order), and on a uniform cluster whose ranks did alike before; where the run gives the
+    order (``Run.start_order``, the order a replay of the last collective left them in), in
+    that order.  Where it may not be
     (``order_known`` false: a broadcast before, whose ranks leave in the order they got the
     buffers), the times must not depend on it: the processes starting at one instant are
     replayed in reverse order and in ``_ORDERS`` random orders too, and the run declined if
@@ -906,7 +916,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     def gloo(k, t, work):
         return t + work / run.b
 
-    def simulate(order, nics, released=None):
+    def simulate(order, nics, released=None, sequence=None):
         cpus = None
         if run.sharing:
             cpus = fast_queues.SharedCpus(
@@ -915,7 +925,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                 multiplicity=run.p / run.ranks.size if pool else 1.0)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
-                                    cpus=cpus, released=released)
+                                    cpus=cpus, released=released, sequence=sequence)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
@@ -925,7 +935,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
         run.nics = NicState(run.spec.cluster.hosts)
     before = run.nics.copy()
     ranks = run.ranks[rank]
-    finish, marks = simulate(ranks.tolist(), run.nics, run.released)
+    order = ranks if run.start_order is None else run.start_order[rank]
+    finish, marks = simulate(order.tolist(), run.nics, run.released, run.sequence)
     if run.released_ok is not None and not run.released_ok(run.released):
         raise NotExact("the classes of a replay by class part")
     if not order_known:

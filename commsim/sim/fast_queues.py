@@ -299,7 +299,7 @@ class _Direction:
 
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
-             released: dict | None = None):
+             released: dict | None = None, sequence: list | None = None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -333,6 +333,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                than one an earlier collective made on that direction raises NotExact (the DES
                would have served this one first, and the earlier collective's times change).
     released:  where given, each message between hosts -> when it released its directions.
+    sequence:  where given, each process appended as it passes a mark and as it ends, in the
+               order the DES's events take them (the order in which processes that leave a
+               collective at one instant go on to the next).
 
     Steps: every process resumes at its start (in ``order`` for ties) and runs its program
     until it waits: a reduction or compute is a job on its host's CPU, whose one timer (for
@@ -489,6 +492,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         return
                 elif kind == MARK:
                     marks[k].append(t)
+                    if sequence is not None:
+                        sequence.append(k)
                 elif kind == GHOST:
                     for m in action[1]:
                         post(m, t)
@@ -513,6 +518,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         finally:
             pc[k] = i      # (where it waits, or its end)
         finish[k] = t
+        if sequence is not None:
+            sequence.append(k)
         if k < pairs:
             push(t, _ENDED, k)                     # the process's own event
 
