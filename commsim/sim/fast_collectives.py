@@ -913,9 +913,6 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     c = run.spec.cluster
     pool = c.shared_cpu_cores is not None
 
-    def gloo(k, t, work):
-        return t + work / run.b
-
     def simulate(order, nics, released=None, sequence=None):
         cpus = None
         if run.sharing:
@@ -923,7 +920,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
                 run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
                 multiplicity=run.p / run.ranks.size if pool else 1.0)
-        ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, gloo,
+        ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence)
         if cpus is not None:

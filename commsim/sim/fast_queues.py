@@ -325,7 +325,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                waits on those sides).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
-    gloo:      gloo(process, t, work) -> when its Gloo thread ends that work from t.
+    gloo:      the Gloo thread's rate: a reduction of w work seconds takes w / gloo.
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
                bytes, for the contention caps.
@@ -458,10 +458,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     if action[1] > 0 and cpus is not None:
                         reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
                     elif action[1] > 0:
-                        end = (gloo(k, t, action[1]) if kind == GLOO
-                               else t + action[1] / compute_rate)
-                        jobs.setdefault(host[k], []).append((end, k))
-                        reschedule(host[k], t)
+                        # (``reschedule`` inline: a job a reduction, the commonest action)
+                        h = host[k]
+                        running = jobs.get(h)
+                        if running is None:
+                            running = jobs[h] = []
+                        running.append((t + action[1] / (gloo if kind == GLOO
+                                                         else compute_rate), k))
+                        version = timer[h] = timer.get(h, 0) + 1
+                        push(min(running)[0], _TIMER, (h, version))
                     else:
                         push(t, _RESUME, k)
                     return
@@ -555,16 +560,30 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         bucket.append((_RESUME, k))
                     reschedule(h, t)
                     continue
-                due = [job for job in jobs[h] if job[0] <= t + _DUE_S]
-                jobs[h] = [job for job in jobs[h] if job[0] > t + _DUE_S]
-                for _, k in due:
-                    bucket.append((_RESUME, k))
-                reschedule(h, t)
+                # The jobs due now resume in their order; the timer is set again for the
+                # rest (``reschedule``, inline: a timer fires for every reduction).
+                limit = t + _DUE_S
+                running = jobs[h]
+                left = []
+                for job in running:
+                    if job[0] <= limit:
+                        bucket.append((_RESUME, job[1]))
+                    else:
+                        left.append(job)
+                jobs[h] = left
+                version = timer[h] = version + 1
+                if left:
+                    push(min(left)[0], _TIMER, (h, version))
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
                 request(1, rx_host[what], what, t)
             elif kind == _RX_GRANTED:
                 if cpus is None:
-                    push(t + busy[what], _END, what)
+                    end = t + busy[what]           # (``push`` inline, as below)
+                    later = at.get(end)
+                    if later is None:
+                        at[end] = later = []
+                        heappush(instants, end)
+                    later.append((_END, what))
                 else:
                     push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
                          _END, what)
@@ -589,7 +608,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     bucket.append((_TX_RELEASED, h))
                 if released is not None:
                     released[what] = t
-                push(t + lat[what], _DELIVERED, what)
+                end = t + lat[what]
+                later = at.get(end)
+                if later is None:
+                    at[end] = later = []
+                    heappush(instants, end)
+                later.append((_DELIVERED, what))
             elif kind == _TX_RELEASED or kind == _RX_RELEASED:
                 d = 0 if kind == _TX_RELEASED else 1
                 direction = directions[d][what]
