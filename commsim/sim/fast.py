@@ -791,10 +791,13 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
         for nbytes in costs.param_bytes[1:]:
             base = float(t.min())
             nics = run.nics
-            # (the order matters only among ranks that start at one instant)
+            # (the order matters only among ranks that start at one instant; a direction
+            # freed and asked for before the first start is free for every request after it,
+            # as one never used)
             key = (nbytes, None if order is None else np.lexsort((order, t)).tobytes(),
                    (t - base).tobytes(),
-                   *((x - base).tobytes() for x in (*nics.free, *nics.requested)))
+                   *(np.where(x < base, -np.inf, x - base).tobytes()
+                     for x in (*nics.free, *nics.requested)))
             known = seen.get(key)
             if known is None:
                 before = [x.copy() for x in counted]
