@@ -773,13 +773,12 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     is then a function of its bytes and of the state it starts from as seen from its first
     start (each rank's start, each direction's free and requested instants, that order), and
     a state seen before with a tensor of a size seen before gives the earlier answer shifted:
-    VGG-11's biases and norms come three of a size, and a bucket-less ring of uneven hosts
-    goes back to a few states (1,000 ranks, two a host, recursive doubling: 12 of 34
-    all-reduces replayed once, each start a few instants apart).  Where a replay is NotExact
-    every tensor is replayed at once, from the start."""
+    between tensors the ranks stand at a few instants, and VGG-11's layers end in three small
+    tensors of one size, the third starting from the state the second did (1,000 ranks, two
+    a host, recursive doubling: 11 of the 33 after the first answered so).  Where a replay is
+    NotExact every tensor is replayed at once, from the start."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
-    fresh = Run(spec, costs, run.ranks)
     run.sequence = []
     try:
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, False, start, tensors=1)
@@ -805,6 +804,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                 end = _allreduce(run, blocks, algorithm, t, nbytes)
                 # (no replay, no queue: the next starts as the cluster's ranks would)
                 order = _in_order_of(run.sequence, n, passes=0) if run.sequence else None
+                nics = run.nics
                 seen[key] = (end - base, order, tuple(x - base for x in (*nics.free,
                                                                           *nics.requested)),
                              [x - y for x, y in zip(counted, before)])
@@ -818,6 +818,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
             comm = comm + (end - t)
             t = end
     except NotExact:
+        fresh = Run(spec, costs, run.ranks)
         synced, comm, _ = _sync_replayed(fresh, blocks, algorithm, False, start)
         return fresh, synced, comm
     finally:
