@@ -114,7 +114,7 @@ def test_two_senders_share_a_transmit_direction():
     programs = [[(SEND, 0), (MARK,), (SEND, 2)], [(SEND, 1)], [(RECV, 0), (RECV, 2)],
                 [(RECV, 1)]]
     finish, marks = simulate([0.0, 0.0, 0.0, 0.0], [0, 1, 2, 3], [0, 0, 1, 1], programs,
-                             messages, lambda k, t, w: t + w, nics)
+                             messages, 1.0, nics)
     # Message 0 holds host 0's directions 0..2, message 1 2..4, message 2 (posted at 2.5) 4..5.
     np.testing.assert_allclose(finish, [5.5, 4.5, 5.5, 4.5])
     assert marks == [[2.5], [], [], []]
@@ -131,7 +131,7 @@ def test_events_at_one_instant_run_in_the_order_scheduled():
     messages = ([0, 1], [2, 3], [0.5, 0.5], [2.0, 2.0], [0, 0], [1, 1])
     programs = [[(WAIT, 1.0), (SEND, 0)], [(SEND, 1)], [(RECV, 0)], [(RECV, 1)]]
     finish, _ = simulate([0.0, 1.0, 0.0, 0.0], [0, 1, 2, 3], [0, 0, 1, 1], programs,
-                         messages, lambda k, t, w: t + w, nics)
+                         messages, 1.0, nics)
     np.testing.assert_allclose(finish, [5.5, 3.5, 5.5, 3.5])
 
 
@@ -144,7 +144,7 @@ def test_an_exchange_waits_for_both_messages_and_reduces():
     messages = ([0, 1], [1, 0], [0.5, 0.5], [1.0, 1.0], [0, 1], [1, 0])
     programs = [[(EXCHANGE, 0, 1), (GLOO, 0.25)], [(EXCHANGE, 1, 0), (GLOO, 0.25)]]
     finish, _ = simulate([0.0, 1.0], [0, 2], [0, 1], programs, messages,
-                         lambda k, t, w: t + w, nics)
+                         1.0, nics)
     np.testing.assert_allclose(finish, [4.75, 4.75])
 
 
@@ -154,7 +154,7 @@ def test_a_request_ahead_of_an_earlier_collective_is_declined():
     nics.free[0][0] = 6.0
     with pytest.raises(UserError, match="NIC"):
         simulate([1.0, 1.0], [0, 2], [0, 1], [[(SEND, 0)], [(RECV, 0)]],
-                 ([0], [1], [0.1], [1.0], [0], [1]), lambda k, t, w: t + w, nics)
+                 ([0], [1], [0.1], [1.0], [0], [1]), 1.0, nics)
 
 
 @pytest.mark.parametrize("strategy, hosts, local, kw", [
