@@ -142,7 +142,8 @@ from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact,
                                           sharing_rate,
                                           binomial_gather_mean_scatter,
                                           binomial_gather_scatter_schedules, cpu_rate,
-                                          host_bandwidths, intra_link, lcm, replay)
+                                          host_bandwidths, intra_link, lcm, replay,
+                                          uniform_cluster)
 from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 from commsim.units import fmt_bytes
@@ -787,7 +788,10 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
         seen: dict = {}
         counted = (run.sent, run.received, run.nic_sent, run.nic_received)
         t = synced
-        for nbytes in costs.param_bytes[1:]:
+        sizes = list(costs.param_bytes)
+        last = None                        # the state the last tensor started from
+        for i, nbytes in enumerate(sizes[1:], 1):
+            state = (i, t, order, run.nics.copy(), [x.copy() for x in counted], comm)
             base = float(t.min())
             nics = run.nics
             # (the order matters only among ranks that start at one instant; a direction
@@ -799,9 +803,21 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                      for x in (*nics.free, *nics.requested)))
             known = seen.get(key)
             if known is None:
-                before = [x.copy() for x in counted]
+                before = state[4]
                 run.start_order, run.sequence = order, []
-                end = _allreduce(run, blocks, algorithm, t, nbytes)
+                try:
+                    end = _allreduce(run, blocks, algorithm, t, nbytes)
+                except NotExact:
+                    if last is None:
+                        raise
+                    # (the last tensor's messages still queue where this one's ask: a slow
+                    # host behind stays behind, so from the last one on, all at once)
+                    i, t, order, run.nics, bytes_, comm = last
+                    for total, saved in zip(counted, bytes_):
+                        total[:] = saved
+                    run.start_order, run.sequence = order, None
+                    end, more = _rest_replayed(run, blocks, algorithm, sizes[i:], t)
+                    return run, end, comm + more
                 # (no replay, no queue: the next starts as the cluster's ranks would)
                 order = _in_order_of(run.sequence, n, passes=0) if run.sequence else None
                 nics = run.nics
@@ -817,6 +833,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                     total += more
             comm = comm + (end - t)
             t = end
+            last = state
     except NotExact:
         fresh = Run(spec, costs, run.ranks)
         synced, comm, _ = _sync_replayed(fresh, blocks, algorithm, False, start)
@@ -824,6 +841,18 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     finally:
         run.start_order = run.sequence = None
     return run, t, comm
+
+
+def _rest_replayed(run: Run, blocks, algorithm: str, sizes, start):
+    """The all-reduces of ``sizes`` one after another, replayed at once from ``start`` (the
+    run's NIC directions and start order as the last all-reduce before them left them): when
+    each rank leaves the last, and its time in them."""
+    messages = [[] for _ in range(7)]
+    programs = _collective_programs(run, blocks, algorithm, sizes, False, messages)
+    _, marks = replay(run, messages, programs, start, order_known=run.start_order is not None
+                      or uniform_cluster(run.spec))
+    marks = np.array(marks)                    # per rank: each all-reduce's launch and end
+    return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1)
 
 
 def _in_order_of(sequence: list, n: int, passes: int) -> np.ndarray:
@@ -1177,27 +1206,9 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     them."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
-    fp16 = buckets and spec.compression == "fp16"
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
-    _fits_in_memory(len(sizes) * _replayed_messages(spec, algorithm, blocks))
-    collectives = [[] for _ in range(n)]
     messages = [[] for _ in range(7)]
-    overhead = costs.overhead("all_reduce")
-    for i, nbytes in enumerate(sizes):
-        for program in collectives:
-            program += [(fast_queues.READY, i), (fast_queues.MARK,)] if buckets \
-                else [(fast_queues.MARK,)]
-        cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
-        for blk in blocks:
-            if blk.size <= 1:
-                continue
-            sched = SCHEDULES[algorithm](run, blk, average=not fp16)
-            steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages)
-            for k, body in zip(blk.idx.ravel().tolist(), steps):
-                collectives[k] += [(fast_queues.ENTER,), *cast, (fast_queues.WAIT, overhead),
-                                   *body, *cast, (fast_queues.EXIT,)]
-        for program in collectives:
-            program.append((fast_queues.MARK,))
+    collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages)
     alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
     computes, begin, known = _compute_programs(run, buckets, messages, alike, after_broadcast)
     for k, program in enumerate(computes):
@@ -1219,6 +1230,35 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
                          pairs=n, order_known=known, together=together)
     done, synced = np.array(marks[:n]), np.array(marks[n:])[:, 0]
     return synced, (done[:, 1::2] - done[:, 0::2]).sum(axis=1), ends[n:]
+
+
+def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
+                         messages) -> list:
+    """Per rank, its all-reduces of ``sizes`` one after another as ``_sync_replayed`` replays
+    them (each between a mark at its launch and one at its end; DDP's each after its bucket is
+    ready, with fp16 the casts around it), their messages appended to ``messages``, their
+    bytes counted; declined where they would not fit in memory."""
+    costs = run.costs
+    fp16 = buckets and run.spec.compression == "fp16"
+    _fits_in_memory(len(sizes) * _replayed_messages(run.spec, algorithm, blocks))
+    collectives = [[] for _ in range(run.ranks.size)]
+    overhead = costs.overhead("all_reduce")
+    for i, nbytes in enumerate(sizes):
+        for program in collectives:
+            program += [(fast_queues.READY, i), (fast_queues.MARK,)] if buckets \
+                else [(fast_queues.MARK,)]
+        cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
+        for blk in blocks:
+            if blk.size <= 1:
+                continue
+            sched = SCHEDULES[algorithm](run, blk, average=not fp16)
+            steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages)
+            for k, body in zip(blk.idx.ravel().tolist(), steps):
+                collectives[k] += [(fast_queues.ENTER,), *cast, (fast_queues.WAIT, overhead),
+                                   *body, *cast, (fast_queues.EXIT,)]
+        for program in collectives:
+            program.append((fast_queues.MARK,))
+    return collectives
 
 
 def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broadcast):
