@@ -33,6 +33,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from commsim.costs import cpu_load, job_rate
+from commsim.sim.engine import residue
 
 # Two times closer than this (relative to the clock) are one instant: float rounding.
 TOUCH_RTOL = 1e-12
@@ -361,7 +362,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     waits = {}                                 # process -> the signal or end it waits for
     spawned = []                               # processes to start at once
     latch = []                                 # processes at TOGETHER, in the order they came
-    jobs = {}                                  # host -> [(end, rank)] in arrival order
+    # Per host, its CPU's jobs as ``engine.ProcessorSharingCPU`` holds them: [work left, rate,
+    # rank] in arrival order, taken off at the host's CPU events only (as the DES advances
+    # them), and when it last did.  Done by the DES's residue rule (``engine.residue``), not
+    # by an end instant: two jobs whose ends differ by less than the clock's resolution but
+    # more than the residue end at two timers, the second after the instant's other events.
+    jobs = {}
+    advanced = {}
     timer = {}                                 # host -> the version of its valid timer
     pc = [0] * n
     finish = list(start)
@@ -434,6 +441,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         else:
             request(0, tx_host[m], m, t)
 
+    def advance(h, t):
+        """``ProcessorSharingCPU._advance``: host h's jobs' work taken off to t."""
+        running = jobs.get(h)
+        if running and t > advanced[h]:
+            elapsed = t - advanced[h]
+            for job in running:
+                job[0] -= elapsed * job[1]
+        advanced[h] = t
+
     def reschedule(h, t):
         version = timer[h] = timer.get(h, 0) + 1
         if cpus is not None:
@@ -443,7 +459,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             return
         running = jobs.get(h)
         if running:
-            push(min(running)[0], _TIMER, (h, version))
+            push(t + max(0.0, min(job[0] / job[1] for job in running)), _TIMER, (h, version))
 
     def run_rank(k, t):
         """Process k's actions from t until one waits."""
@@ -458,15 +474,23 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     if action[1] > 0 and cpus is not None:
                         reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
                     elif action[1] > 0:
-                        # (``reschedule`` inline: a job a reduction, the commonest action)
+                        # ``ProcessorSharingCPU.run`` (``advance`` and ``reschedule`` inline:
+                        # a job a reduction, the commonest action)
                         h = host[k]
                         running = jobs.get(h)
                         if running is None:
                             running = jobs[h] = []
-                        running.append((t + action[1] / (gloo if kind == GLOO
-                                                         else compute_rate), k))
+                        elif running and t > advanced[h]:
+                            elapsed = t - advanced[h]
+                            for job in running:
+                                job[0] -= elapsed * job[1]
+                        advanced[h] = t
+                        rate = gloo if kind == GLOO else compute_rate
+                        running.append([action[1], rate, k])
+                        soonest = action[1] / rate if len(running) == 1 else \
+                            min(job[0] / job[1] for job in running)
                         version = timer[h] = timer.get(h, 0) + 1
-                        push(min(running)[0], _TIMER, (h, version))
+                        push(t + max(0.0, soonest), _TIMER, (h, version))
                     else:
                         push(t, _RESUME, k)
                     return
@@ -518,7 +542,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         return
                 elif cpus is not None:                 # ENTER, EXIT
                     reschedule(cpus.communicating(k, t, 1 if kind == ENTER else -1), t)
-                else:
+                else:                                  # (``ProcessorSharingCPU.communicating``)
+                    advance(host[k], t)
                     reschedule(host[k], t)
         finally:
             pc[k] = i      # (where it waits, or its end)
@@ -560,20 +585,20 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         bucket.append((_RESUME, k))
                     reschedule(h, t)
                     continue
-                # The jobs due now resume in their order; the timer is set again for the
-                # rest (``reschedule``, inline: a timer fires for every reduction).
-                limit = t + _DUE_S
+                # ``ProcessorSharingCPU._on_timer``: the jobs done resume in their order
+                # (``engine.finished``), and the timer is set again for the rest.
+                advance(h, t)
                 running = jobs[h]
-                left = []
-                for job in running:
-                    if job[0] <= limit:
-                        bucket.append((_RESUME, job[1]))
-                    else:
-                        left.append(job)
-                jobs[h] = left
-                version = timer[h] = version + 1
-                if left:
-                    push(min(left)[0], _TIMER, (h, version))
+                if len(running) == 1:              # (done, by residue or as the closest)
+                    bucket.append((_RESUME, running.pop()[2]))
+                    timer[h] = version + 1
+                    continue
+                done = [job for job in running if residue(job[0])] \
+                    or [min(running, key=lambda job: job[0])]
+                for job in done:
+                    running.remove(job)
+                    bucket.append((_RESUME, job[2]))
+                reschedule(h, t)
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
                 request(1, rx_host[what], what, t)
             elif kind == _RX_GRANTED:
