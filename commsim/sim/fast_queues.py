@@ -369,6 +369,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # more than the residue end at two timers, the second after the instant's other events.
     jobs = {}
     advanced = {}
+    # (every job at one rate: the soonest is the least work left over it, as the DES has it)
+    one_rate = cpus is None and gloo == compute_rate
     timer = {}                                 # host -> the version of its valid timer
     pc = [0] * n
     finish = list(start)
@@ -450,6 +452,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 job[0] -= elapsed * job[1]
         advanced[h] = t
 
+    def soonest(running) -> float:
+        """When the first of a CPU's jobs ends, from its last advance."""
+        if one_rate:
+            return min(running)[0] / running[0][1]
+        return min(job[0] / job[1] for job in running)
+
     def reschedule(h, t):
         version = timer[h] = timer.get(h, 0) + 1
         if cpus is not None:
@@ -459,7 +467,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             return
         running = jobs.get(h)
         if running:
-            push(t + max(0.0, min(job[0] / job[1] for job in running)), _TIMER, (h, version))
+            push(t + max(0.0, soonest(running)), _TIMER, (h, version))
 
     def run_rank(k, t):
         """Process k's actions from t until one waits."""
@@ -487,10 +495,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         advanced[h] = t
                         rate = gloo if kind == GLOO else compute_rate
                         running.append([action[1], rate, k])
-                        soonest = action[1] / rate if len(running) == 1 else \
-                            min(job[0] / job[1] for job in running)
                         version = timer[h] = timer.get(h, 0) + 1
-                        push(t + max(0.0, soonest), _TIMER, (h, version))
+                        push(t + max(0.0, action[1] / rate if len(running) == 1
+                                     else soonest(running)), _TIMER, (h, version))
                     else:
                         push(t, _RESUME, k)
                     return
@@ -587,8 +594,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     continue
                 # ``ProcessorSharingCPU._on_timer``: the jobs done resume in their order
                 # (``engine.finished``), and the timer is set again for the rest.
-                advance(h, t)
-                running = jobs[h]
+                running = jobs[h]                  # (``advance`` inline: never empty here)
+                if t > advanced[h]:
+                    elapsed = t - advanced[h]
+                    for job in running:
+                        job[0] -= elapsed * job[1]
+                advanced[h] = t
                 if len(running) == 1:              # (done, by residue or as the closest)
                     bucket.append((_RESUME, running.pop()[2]))
                     timer[h] = version + 1
