@@ -482,17 +482,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     if action[1] > 0 and cpus is not None:
                         reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
                     elif action[1] > 0:
-                        # ``ProcessorSharingCPU.run`` (``advance`` and ``reschedule`` inline:
-                        # a job a reduction, the commonest action)
+                        # ``ProcessorSharingCPU.run`` (``reschedule`` inline: a job a
+                        # reduction, the commonest action)
                         h = host[k]
-                        running = jobs.get(h)
-                        if running is None:
-                            running = jobs[h] = []
-                        elif running and t > advanced[h]:
-                            elapsed = t - advanced[h]
-                            for job in running:
-                                job[0] -= elapsed * job[1]
-                        advanced[h] = t
+                        advance(h, t)
+                        running = jobs.setdefault(h, [])
                         rate = gloo if kind == GLOO else compute_rate
                         running.append([action[1], rate, k])
                         version = timer[h] = timer.get(h, 0) + 1
@@ -594,12 +588,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     continue
                 # ``ProcessorSharingCPU._on_timer``: the jobs done resume in their order
                 # (``engine.finished``), and the timer is set again for the rest.
-                running = jobs[h]                  # (``advance`` inline: never empty here)
-                if t > advanced[h]:
-                    elapsed = t - advanced[h]
-                    for job in running:
-                        job[0] -= elapsed * job[1]
-                advanced[h] = t
+                advance(h, t)
+                running = jobs[h]
                 if len(running) == 1:              # (done, by residue or as the closest)
                     bucket.append((_RESUME, running.pop()[2]))
                     timer[h] = version + 1
