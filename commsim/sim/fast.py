@@ -791,7 +791,8 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
         sizes = list(costs.param_bytes)
         last = None                        # the state the last tensor started from
         for i, nbytes in enumerate(sizes[1:], 1):
-            state = (i, t, order, run.nics.copy(), [x.copy() for x in counted], comm)
+            before = [x.copy() for x in counted]
+            state = (i, t, order, run.nics.copy(), before, comm)
             base = float(t.min())
             nics = run.nics
             # (the order matters only among ranks that start at one instant; a direction
@@ -803,7 +804,6 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                      for x in (*nics.free, *nics.requested)))
             known = seen.get(key)
             if known is None:
-                before = state[4]
                 run.start_order, run.sequence = order, []
                 try:
                     end = _allreduce(run, blocks, algorithm, t, nbytes)
