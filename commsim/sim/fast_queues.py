@@ -358,6 +358,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     posted = [0] * len(src)
     waiting_on = [None] * len(src) * 2         # (message, side) -> rank waiting on it
     pending = [0] * n                          # deliveries a process still waits for
+    all_of = [False] * n                       # whether it waits on them as simpy's all_of
     fired = set()                              # signals and ends processed
     waits = {}                                 # process -> the signal or end it waits for
     spawned = []                               # processes to start at once
@@ -497,6 +498,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     return
                 if kind == EXCHANGE:
                     pending[k] = 2
+                    all_of[k] = True
                     waiting_on[2 * action[1]] = k
                     waiting_on[2 * action[2] + 1] = k
                     post(action[1], t)
@@ -504,6 +506,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     return
                 if kind == ALL:
                     pending[k] = len(action[1]) + len(action[2])
+                    all_of[k] = True
                     for m in action[1]:
                         waiting_on[2 * m] = k
                     for m in action[2]:
@@ -513,6 +516,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     return
                 if kind == SEND or kind == RECV:
                     pending[k] = 1
+                    all_of[k] = False
                     waiting_on[2 * action[1] + (kind == RECV)] = k
                     post(action[1], t)
                     return
@@ -565,16 +569,22 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         # The commonest events first: a send's or receive's, a resume, a CPU's timer.
         bucket = at[t]
         for kind, what in bucket:         # events scheduled now join the end: run them too
-            if kind == _DONE:                          # a send or receive event processed
-                k = waiting_on[what]
-                if k is None:                          # a ghost's side
-                    continue
-                pending[k] -= 1
-                if pending[k] == 0:
-                    if programs[k][pc[k] - 1][0] in (EXCHANGE, ALL):
-                        bucket.append((_RESUME, k))    # all_of's own event first
-                    else:
-                        run_rank(k, t)
+            if kind == _DONE:
+                # A message's send event, then its receive event, as the DES processes them
+                # (one after the other: the delivery scheduled both at once), with nothing
+                # between but what the first spawns.
+                for side in (2 * what, 2 * what + 1):
+                    k = waiting_on[side]
+                    if k is None:                      # a ghost's side
+                        continue
+                    pending[k] -= 1
+                    if pending[k] == 0:
+                        if all_of[k]:
+                            bucket.append((_RESUME, k))    # all_of's own event first
+                        else:
+                            run_rank(k, t)
+                    while spawned:
+                        run_rank(spawned.pop(0), t)
             elif kind == _RESUME:
                 run_rank(what, t)
             elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
@@ -614,8 +624,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
                          _END, what)
             elif kind == _DELIVERED:                   # the send's event, then the receive's
-                bucket.append((_DONE, 2 * what))
-                bucket.append((_DONE, 2 * what + 1))
+                bucket.append((_DONE, what))
             elif kind == _END:                         # release receive, then transmit
                 # A release's event grants the direction's first waiter; with none waiting
                 # now it has nothing to do (a request before it finds the direction free and
