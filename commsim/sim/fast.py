@@ -768,22 +768,26 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
 
     The first tensor is replayed with the iteration's compute; each next one alone
     (``Schedule.run``) from when each rank left the last, with the NIC directions as the
-    last left them (a request ahead of an earlier collective's is NotExact) and the ranks
-    due at one instant started in the order they left it (``Run.start_order``: the DES's
-    event order, in which a rank leaving an all-reduce goes on to the next).  An all-reduce
-    is then a function of its bytes and of the state it starts from as seen from its first
-    start (each rank's start, each direction's free and requested instants, that order), and
-    a state seen before with a tensor of a size seen before gives the earlier answer shifted:
-    between tensors the ranks stand at a few instants, and VGG-11's layers end in three small
-    tensors of one size, the third starting from the state the second did (1,000 ranks, two
-    a host, recursive doubling: 11 of the 33 after the first answered so).  Where a replay is
-    NotExact every tensor is replayed at once, from the start."""
+    last left them (a request before or at an earlier collective's last release on its
+    direction is NotExact: in the DES it queues or ties with that message in an event order
+    a replay alone does not hold) and the ranks due at one instant started in the order they
+    left it (``Run.start_order``: the DES's event order, in which a rank leaving an
+    all-reduce goes on to the next).  An all-reduce is then a function of its bytes and of
+    the state it starts from as seen from its first start (each rank's start, each
+    direction's free and requested instants, that order) as long as its times stay in one
+    binade (``_binade``), and a state seen before with a tensor of a size seen before gives
+    the earlier answer shifted: between tensors the ranks stand at a few instants, and
+    VGG-11's layers end in three small tensors of one size, the third starting from the
+    state the second did (1,000 ranks, two a host, recursive doubling: 11 of the 33 after
+    the first answered so).  Where a replay is NotExact the tensors from the last one on are
+    replayed at once (``_rest_replayed``), every tensor from the start where it is the
+    first."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     run.sequence = []
     try:
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, False, start, tensors=1)
-        # (each rank's marks: the tensor's launch, its end, the optimizer's start)
+        # (each rank's marks: the tensor's launch, its end, the next's launch)
         order = _in_order_of(run.sequence, n, passes=1)
         seen: dict = {}
         counted = (run.sent, run.received, run.nic_sent, run.nic_received)
@@ -799,10 +803,8 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
             # freed and asked for before the first start is free for every request after it,
             # as one never used)
             key = (nbytes, None if order is None else np.lexsort((order, t)).tobytes(),
-                   (t - base).tobytes(),
-                   *(np.where(x < base, -np.inf, x - base).tobytes()
-                     for x in (*nics.free, *nics.requested)))
-            known = seen.get(key)
+                   *_relative(t, (*nics.free, *nics.requested), base))
+            known = _recalled(seen, key, base)
             if known is None:
                 run.start_order, run.sequence = order, []
                 try:
@@ -821,9 +823,10 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                 # (no replay, no queue: the next starts as the cluster's ranks would)
                 order = _in_order_of(run.sequence, n, passes=0) if run.sequence else None
                 nics = run.nics
-                seen[key] = (end - base, order, tuple(x - base for x in (*nics.free,
-                                                                          *nics.requested)),
-                             [x - y for x, y in zip(counted, before)])
+                _remember(seen, key, base, float(end.max()),
+                          (end - base, order, tuple(x - base for x in (*nics.free,
+                                                                       *nics.requested)),
+                           [x - y for x, y in zip(counted, before)]))
             else:
                 shifted, order, directions, bytes_ = known
                 end = base + shifted
@@ -841,6 +844,47 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     finally:
         run.start_order = run.sequence = None
     return run, t, comm
+
+
+def _relative(t, directions, base: float) -> list:
+    """A state's times as a replay's memo keys them: the ranks' starts and the directions'
+    instants less ``base`` (its first start) as bytes, a direction freed before it (beyond the
+    clock's touch) as one never used."""
+    margin = 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
+    return [(np.asarray(t) - base).tobytes(),
+            *(np.where(x < base - margin, -np.inf, x - base).tobytes() for x in directions)]
+
+
+def _binade(lo: float, hi: float) -> int | None:
+    """The binary exponent of every time in [lo, hi] (positive), None where they span two.
+    Times of one binade lie on one grid, so a shift by the difference of two of them moves
+    every sum and difference a replay makes by exactly that much: its ties and the order of
+    its events are the same, and its answer is the earlier one shifted to the bit.  Across
+    binades rounding differs, and a tie the DES breaks by its event order may come or go (a
+    memo that shifted answers anywhere was 1.5 s off in one rank of 20, a slow link at 100
+    Mbit/s beside four ranks a host, from 9.6 s to 14.2 s)."""
+    e = math.frexp(lo)[1]
+    return e if lo > 0 and math.frexp(hi)[1] == e else None
+
+
+def _remember(seen: dict, key, base: float, last: float, answer) -> None:
+    """Keeps a replay's ``answer`` (times less ``base``) for its state's ``key``, where every
+    time it made, ``base`` (less the keys' touch) to ``last``, lies in one binade."""
+    lo = base - 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
+    e = _binade(lo, last)
+    if e is not None:
+        seen[key, e] = (last - base, answer)
+
+
+def _recalled(seen: dict, key, base: float):
+    """The answer kept for ``key`` that holds from ``base``: one made in the binade that
+    this replay's times would all lie in; None where there is none."""
+    lo = base - 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
+    e = math.frexp(lo)[1]
+    kept = seen.get((key, e)) if lo > 0 else None
+    if kept is None or _binade(lo, base + kept[0]) != e:
+        return None
+    return kept[1]
 
 
 def _rest_replayed(run: Run, blocks, algorithm: str, sizes, start):
@@ -1203,7 +1247,8 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     is synchronised, its time in the collectives, and when its step ends (with
     ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).
     ``tensors``: only the first so many tensors' all-reduces (no buckets), synchronised after
-    them."""
+    them, and no optimizer step (in the DES the next tensor follows, not a job on the host's
+    CPU beside its other ranks' last reductions)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
@@ -1219,7 +1264,9 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
         else:
             program += [(fast_queues.COMPUTE, costs.backward_s * run.factor[k])]
             program += collectives[k]
-        program += [(fast_queues.MARK,), (fast_queues.COMPUTE, costs.optimizer_s * run.factor[k])]
+        program.append((fast_queues.MARK,))
+        if tensors is None:         # (after some tensors the iteration goes on to the next)
+            program.append((fast_queues.COMPUTE, costs.optimizer_s * run.factor[k]))
     together = n if spec.broadcast_buffers and buckets else 0
     if not buckets:
         ends, marks = replay(run, messages, computes, begin, order_known=known,

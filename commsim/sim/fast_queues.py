@@ -330,9 +330,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
                bytes, for the contention caps.
-    nics:      the run's NicState: directions busy before are waited for; a request earlier
-               than one an earlier collective made on that direction raises NotExact (the DES
-               would have served this one first, and the earlier collective's times change).
+    nics:      the run's NicState: a request for a direction before or at the instant an
+               earlier collective's last message there released it raises NotExact (in the
+               DES it queues or ties with that message in an event order this replay, which
+               starts after it, does not hold).
     released:  where given, each message between hosts -> when it released its directions.
     sequence:  where given, each process appended as it passes a mark and as it ends, in the
                order the DES's events take them (the order in which processes that leave a
@@ -353,7 +354,6 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
-    hosts = np.unique(host)                    # the hosts of these ranks: their NICs
     directions = (defaultdict(_Direction), defaultdict(_Direction))   # as they are first used
     posted = [0] * len(src)
     waiting_on = [None] * len(src) * 2         # (message, side) -> rank waiting on it
@@ -390,19 +390,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             heappush(instants, t)
         bucket.append((kind, what))
 
-    # What earlier collectives left on the directions (read only until the end).
-    busy_before = list(zip(nics.free, nics.requested))
-    for d in (0, 1):
-        free = busy_before[d][0]
-        for h in hosts[free[hosts] > -np.inf].tolist():
-            directions[d][h].holder = -1
-            push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
+    # When earlier collectives last freed each direction (read only until the end).
+    busy_before = nics.free
     # Per direction, host -> its latest request and when it was last freed (the clock only
     # moves on: the latest is the last).
     requested = [{}, {}]
     newest_free = [{}, {}]
-    # Per direction, the hosts whose requests have passed an earlier collective's latest
-    # there (the clock only moves on, so a host passed once stays passed).
+    # Per direction, the hosts whose requests have come after an earlier collective's last
+    # release there (the clock only moves on, so a host passed once stays passed).
     passed = (set(), set())
 
     def refuse(reason):
@@ -411,12 +406,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def request(d, h, m, t):
         if h not in passed[d]:
-            earlier = float(busy_before[d][1][h])
-            if t < earlier - TOUCH_RTOL * max(1.0, abs(t)):
-                refuse("a message would take a NIC direction ahead of an earlier collective's, "
-                       "which the DES serves in request order")
-            if t >= earlier:
-                passed[d].add(h)
+            # (an earlier collective's message on this direction: a request before or at its
+            # release queues or ties with it in the DES's event order, which a collective
+            # replayed alone cannot give)
+            if t <= float(busy_before[d][h]) + TOUCH_RTOL * max(1.0, abs(t)):
+                refuse("a message would ask for a NIC direction before an earlier "
+                       "collective's last one there has released it, which the DES orders "
+                       "by its event history")
+            passed[d].add(h)
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
         requested[d][h] = t
@@ -652,8 +649,6 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             elif kind == _TX_RELEASED or kind == _RX_RELEASED:
                 d = 0 if kind == _TX_RELEASED else 1
                 direction = directions[d][what]
-                if direction.holder == -1:             # an earlier collective's message
-                    direction.holder = None
                 if direction.waiting and direction.holder is None:
                     grant(d, what, t)
             elif kind == _LATCHED:
