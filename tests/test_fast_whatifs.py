@@ -207,6 +207,29 @@ def test_a_shift_is_exact_within_a_binade():
                for a, b, x in rng.uniform(1.0, 100.0, (2000, 3)) * (1, 1, 1e-5))
 
 
+@pytest.mark.parametrize("hosts, local, slow", [(16, 2, "5:400mbit"), (32, 2, "17:10mbit"),
+                                                 (16, 4, "12:1gbit"), (32, 2, "0:5gbit")])
+def test_a_slow_link_s_doubling_goes_by_class(monkeypatch, hosts, local, slow):
+    """Recursive doubling over a power of two of hosts, several ranks a host, one slow link:
+    after the first tensor each is replayed on the plan's tracks (the DES's times), fewer
+    hosts than the cluster's."""
+    from commsim.sim import fast
+
+    used, tracks = [], []
+    by_tensor, plan = fast._slow_link_by_tensor, fast._slow_link_plan
+    monkeypatch.setattr(fast, "_slow_link_by_tensor",
+                        lambda *a: used.append(by_tensor(*a)) or used[-1])
+    monkeypatch.setattr(fast, "_slow_link_plan",
+                        lambda *a: tracks.append(plan(*a)) or tracks[-1])
+    sc = scenario(batch_per_rank=32, ranks_per_host=local, algorithm="recursive_doubling",
+                  slow_link=[slow])
+    profile = load_default()
+    assert_same(predict(profile, "ring", hosts, sc, engine="des"),
+                predict(profile, "ring", hosts, sc, engine="fast"))
+    assert used and used[0] is not None
+    assert len(tracks[0].hosts) < hosts
+
+
 @pytest.mark.parametrize("strategy, hosts, kw", [
     ("ring", 3, dict(algorithm="recursive_doubling", slow_link=["1:10mbit"])),
     ("ring", 3, dict(algorithm="rabenseifner", slow_link=["1:10mbit"])),

@@ -733,7 +733,10 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     tail = None if buckets or len(costs.param_bytes) < 2 else _alike_block(spec, algorithm)
     if tail is None:
         if not buckets:
-            return _tensor_by_tensor(run, blocks, algorithm, start)
+            by_class = _slow_link_by_tensor(run, blocks, algorithm, start)
+            if by_class is not None:
+                return by_class
+            return _tensor_by_tensor(Run(spec, costs, run.ranks), blocks, algorithm, start)
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
         return run, synced, comm
     first = _wave(spec, costs, algorithm)
@@ -1181,6 +1184,238 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
     whole = Run(spec, costs, np.arange(spec.world_size))
     _account_alike(whole, tail, algorithm, [b.bytes for b in costs.buckets], fp16)
     return whole, plan.spread(synced, hosts), plan.spread(comm, hosts)
+
+
+@dataclass(frozen=True)
+class _SlowWave:
+    """The hosts a recursive doubling all-reduce beside one slow link is replayed on by class
+    (``_slow_link_plan``).
+
+    wave:    the plan's hosts and block (``_planned``; its own checks unused).
+    hosts:   per track (a replayed host), its host; track 0 is the slow host h0.
+    begins:  per track, the class whose state it starts from (-1: h0's).
+    ends:    per class j, the track that ends the all-reduce as class j does.
+    checks:  per step between hosts, the groups of tracks that release its messages alike.
+    horizon: per track, the last step between hosts whose messages are used (its program
+             ends there; n: every step).
+    """
+    h0: int
+    n: int
+    wave: _Wave
+    hosts: list
+    begins: list
+    ends: list
+    checks: list
+    horizon: list
+
+
+def _slow_classes(hosts: int, h0: int) -> np.ndarray:
+    """Per host, its class beside the slow host h0: the lowest bit in which it differs from
+    h0 (-1: h0 itself)."""
+    z = np.arange(hosts) ^ h0
+    low = z & -z
+    return np.where(z == 0, -1, np.log2(np.maximum(low, 1)).astype(np.int64))
+
+
+def _slow_link_plan(spec: RunSpec, algorithm: str) -> _SlowWave | None:
+    """The tracks (replayed hosts) on which recursive doubling over a power of two of hosts,
+    several ranks a host, whose only uneven host is one slow link's h0, goes by class; None
+    where this does not apply.
+
+    Between tensors the hosts stand in classes by the lowest bit of h ^ h0 (9 at 512 hosts,
+    seen in the DES), each class's hosts at the same instants.  The steps between hosts flip
+    their bits from the lowest, so before the step flipping bit k the hosts that differ from
+    h0 in bits k and up sit in blocks of 2^k that have met only each other and started alike
+    but for their corner (the block's host whose low k bits are h0's): every host of a block
+    stands where its corner's class puts it (E_k(c), c the corner's class, c >= k).  At step
+    k each block with a corner of class c > k meets one whose corner has class k, and both
+    become E_(k+1)(c); h0 meets its corner 2^k away, and every host of h0's block (class j < k,
+    one track each) meets a host of E_k(k).  So the tracks needed are counted from the last
+    step back (need(k, c) for c > k: half of need(k + 1, c), rounded up; need(k, k): one for
+    h0, one per class below k, one per pair above), 70 at 512 hosts, and at each step a track
+    pairs as its class does; tracks past their use (a class's copy, a pair's extra) pair among
+    themselves, a spare making the count even.  A track's program ends with its last step in use, and the replay checks that
+    every track of a class releases its messages of the step at the same instants."""
+    if algorithm != "recursive_doubling":
+        return None
+    c = spec.cluster
+    p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
+    slow = c.slow_links_Bps or {}
+    if (len(slow) != 1 or spec.stragglers or (spec.group_size or p) != p or rph < 2
+            or rph & (rph - 1) or hosts & (hosts - 1) or hosts < 4):
+        return None
+    h0, = slow
+    n = hosts.bit_length() - 1
+    need = [[0] * n for _ in range(n + 1)]
+    for k in range(n - 1, -1, -1):
+        for j in range(k + 1, n):
+            need[k][j] = (need[k + 1][j] + 1) // 2
+        need[k][k] = k + 1 + sum(need[k][k + 1:])
+    label: list = ["h0"] + [j for j in range(n) for _ in range(need[0][j])]
+    begins = [-1] + label[1:]
+    if len(label) % 2:                           # a spare: every step pairs every track
+        label.append("past")
+        begins.append(0)
+    count = len(label)
+    if count >= hosts:
+        return None
+    horizon = [-1 if x == "past" else n for x in label]
+    ends, partner, checks = {-1: 0}, [], []
+    for k in range(n):
+        mate = [None] * count
+
+        def match(a, b):
+            mate[a], mate[b] = b, a
+
+        fresh = iter([i for i in range(count) if label[i] == k])
+        groups = []
+        q = next(fresh)
+        match(0, q)
+        groups.append([0, q])
+        label[q], ends[k] = "block", q
+        for j in range(k):
+            q = next(fresh)
+            match(ends[j], q)
+            groups.append([ends[j], q])
+            label[q], horizon[q] = "past", k
+        for j in range(k + 1, n):
+            group = []
+            for a in [i for i in range(count) if label[i] == j]:
+                q = next(fresh)
+                match(a, q)
+                label[q] = j
+                group += [a, q]
+            for extra in group[need[k + 1][j]:]:
+                label[extra], horizon[extra] = "past", k
+            groups.append(group)
+        rest = [i for i in range(count) if mate[i] is None]
+        for a, b in zip(rest[::2], rest[1::2]):
+            match(a, b)
+        partner.append(mate)
+        checks.append(groups)
+    track_hosts = [h0] + [h for h in range(hosts) if h != h0][:count - 1]
+
+    def mates(step: int, k: int) -> tuple:
+        return {track_hosts[i]: track_hosts[j] for i, j in enumerate(partner[k])}, ()
+
+    wave = _planned(p, rph, h0, h0, track_hosts, mates)
+    return _SlowWave(h0, n, wave, track_hosts, begins, [ends[j] for j in range(n)], checks,
+                     horizon)
+
+
+def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
+    """``_tensor_by_tensor``'s answer where recursive doubling goes by class beside one slow
+    link (``_slow_link_plan``): every tensor on the plan's tracks, the first with the compute
+    (alike on every host), each next one from its classes' states, once per state and binade
+    (``_remember``); None where the plan does not apply or a class parts (``run`` then holds a
+    partial answer)."""
+    spec, costs = run.spec, run.costs
+    plan = _slow_link_plan(spec, algorithm)
+    if plan is None or len(costs.param_bytes) < 2:
+        return None
+    c = spec.cluster
+    rph, hosts, p = c.ranks_per_host, c.hosts, spec.world_size
+    cls = _slow_classes(hosts, plan.h0) + 1            # (0: h0's; j + 1: class j's)
+    seen: dict = {}
+    try:
+        ends, directions, comm = _slow_link_replay(run, plan, algorithm, costs.param_bytes[0],
+                                                   start=start)
+        comm = comm[cls].reshape(-1)
+        for nbytes in costs.param_bytes[1:]:
+            if np.any(ends[:, 1:] == ends[:, :-1]):
+                # (a host's ranks due at one instant: their order is the last replay's)
+                raise NotExact("the ranks of a host beside a slow link start together")
+            base = float(ends.min())
+            key = (nbytes, *_relative(ends, directions, base))
+            known = _recalled(seen, key, base)
+            if known is None:
+                later, moved, _ = _slow_link_replay(run, plan, algorithm, nbytes, ends,
+                                                    directions)
+                known = (later - base, tuple(x - base for x in moved))
+                _remember(seen, key, base, float(later.max()), known)
+            shifted, moved = known
+            comm = comm + (base + shifted - ends)[cls].reshape(-1)
+            ends, directions = base + shifted, tuple(base + x for x in moved)
+    except NotExact:
+        return None
+    run.nics = fast_queues.NicState(hosts)
+    run.nics.free = tuple(x[cls] for x in directions[:2])
+    run.nics.requested = tuple(x[cls] for x in directions[2:])
+    _account_alike(run, Block(np.arange(2 * rph)[None], p, alike=True), algorithm,
+                   costs.param_bytes, False)
+    return run, ends[cls].reshape(-1), comm
+
+
+def _slow_link_replay(run: Run, plan: _SlowWave, algorithm: str, nbytes: float,
+                      times=None, state=None, start=None):
+    """One all-reduce on the plan's tracks, each from its class's state (``times``: per class
+    -1 .. n-1, its ranks' starts; ``state``: its host's directions' free and requested
+    instants, tx and rx), or with ``start`` (per rank) the iteration's first, the compute
+    before it (alike on every host).  Per class: its ranks' ends, its host's directions (free
+    tx, rx, requested tx, rx), and its ranks' seconds in the all-reduce.  NotExact where the
+    tracks of a class part."""
+    spec, costs = run.spec, run.costs
+    rph, hosts = spec.cluster.ranks_per_host, spec.cluster.hosts
+    wave = plan.wave
+    width = wave.ranks.size
+    first = rph.bit_length() - 1                 # the schedule's first step between hosts
+    slot = {h: i for i, h in enumerate(sorted(plan.hosts))}
+    track_slot = [slot[h] for h in plan.hosts]
+    replayed = Run(spec, costs, wave.ranks)
+    replayed.nics = fast_queues.NicState(hosts)
+    replayed.released = {}
+
+    def alike(released: dict) -> bool:
+        for k, groups in enumerate(plan.checks):
+            offset = (first + k) * width
+            for group in groups:
+                sent = [[released.get(offset + track_slot[i] * rph + r) for r in range(rph)]
+                        for i in group]
+                if sent[0][0] is None or any(x != sent[0] for x in sent[1:]):
+                    return False
+        return True
+
+    replayed.released_ok = alike
+    messages = [[] for _ in range(7)]
+    if start is None:
+        t = np.empty(width)
+        for i, h in enumerate(plan.hosts):
+            src = plan.begins[i] + 1               # (the class's row)
+            t[track_slot[i] * rph:(track_slot[i] + 1) * rph] = times[src]
+            for mine, real in zip((*replayed.nics.free, *replayed.nics.requested), state):
+                mine[h] = real[src]
+        programs = [[] for _ in range(width)]
+        begin = t + costs.overhead("all_reduce")
+    else:
+        programs, begin, _ = _compute_programs(replayed, False, messages, False,
+                                               start[wave.ranks])
+        for k, program in enumerate(programs):
+            program += [(fast_queues.COMPUTE, costs.backward_s * replayed.factor[k]),
+                        (fast_queues.MARK,), (fast_queues.ENTER,),
+                        (fast_queues.WAIT, costs.overhead("all_reduce"))]
+    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, len(messages[0]))
+    for column, more in zip(messages, mine):
+        column += more
+    # Each track's steps up to its last in use (those past it would only keep it paired, and
+    # their messages could queue on its NIC ahead of ones in use); those of the classes' tracks
+    # to the end, a mark after.
+    for i, h in enumerate(plan.horizon):
+        for r in range(rph):
+            k = track_slot[i] * rph + r
+            if h < plan.n:
+                programs[k] += body[k][:2 * (first + h + 1)]  # (an exchange, a reduction)
+            else:
+                programs[k] += [*body[k], (fast_queues.EXIT,), (fast_queues.MARK,)]
+    _, marks = replay(replayed, messages, programs, begin, order_known=False,
+                      hosts_in_order=True)
+    classes = [0, *plan.ends]                    # the track of each class
+    at = [track_slot[i] * rph + r for i in classes for r in range(rph)]
+    ends = np.array([marks[k][-1] for k in at]).reshape(-1, rph)
+    launched = np.array([marks[k][0] for k in at]).reshape(-1, rph) if start is not None \
+        else np.array(times)
+    directions = tuple(np.array([x[plan.hosts[i]] for i in classes])
+                       for x in (*replayed.nics.free, *replayed.nics.requested))
+    return ends, directions, ends - launched
 
 
 def _account_alike(run: Run, tail: Block, algorithm: str, sizes, fp16: bool) -> None:
