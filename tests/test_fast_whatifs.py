@@ -191,6 +191,20 @@ def test_a_ring_per_tensor_split_keeps_the_des_s_ties(hosts, kw):
                 predict(profile, "ring", hosts, sc, engine="fast"))
 
 
+def test_a_host_s_cpu_keeps_each_job_s_work_left_as_the_des():
+    """DDP over four ranks a host on one core (the DES's processor sharing, replayed): a pool
+    keeps the work done since it was idle and each job's work left as a difference of sums,
+    the DES takes each event's progress off every job; in the last bit two of a host's jobs
+    whose ends tie in one end apart in the other, and a tie went the other way (8.7e-4 off).
+    A host's CPU now keeps each job's work left as the DES does."""
+    sc = scenario(batch_per_rank=32, ranks_per_host=4, cores_per_host=1,
+                  algorithm="recursive_doubling", compress="fp16", bucket_mb=4,
+                  no_buffer_broadcast=True, bandwidth="10gbit")
+    profile = load_default()
+    assert_same(predict(profile, "ddp", 5, sc, engine="des"),
+                predict(profile, "ddp", 5, sc, engine="fast"))
+
+
 def test_a_shift_is_exact_within_a_binade():
     """Times of one binade lie on one grid: a sum shifted by the difference of two of them
     is the shifted sum, to the bit; across a binade's edge it need not be."""

@@ -919,7 +919,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
             cpus = fast_queues.SharedCpus(
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
                 run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
-                multiplicity=run.p / run.ranks.size if pool else 1.0)
+                multiplicity=run.p / run.ranks.size if pool else 1.0, per_job=not pool)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence)

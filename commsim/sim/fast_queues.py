@@ -114,14 +114,22 @@ class SharedCpus:
                    of a uniform cluster on one pool; per process, a class of ranks that act
                    at the same instants): its jobs' threads and its talking count that many
                    times.
+    per_job:       keep each job's work left as the DES does, taking the progress off every
+                   job at each of its CPU's events (a host's few jobs).
 
-    Every job on a CPU progresses at the same rate, so the CPU keeps the work done per job
-    since it was last idle (``done``) and its jobs on a heap keyed by the ``done`` at which
-    each ends: O(log jobs) per arrival or end."""
+    Every job on a CPU progresses at the same rate, so on a pool of many jobs the CPU keeps
+    the work done per job since it was last idle (``done``) and its jobs on a heap keyed by
+    the ``done`` at which each ends: O(log jobs) per arrival or end.  Its work left is then
+    a difference of sums where the DES's is what successive progress left, and the two can
+    differ in the last bit: two of a host's jobs whose ends tie in one end apart in the
+    other, and the DES's event order with them (DDP over four ranks a host on one core, a
+    tie the other way: 8.7e-4 off).  So a host's CPU keeps each job's work left
+    (``per_job``), O(jobs) per event as the DES."""
 
     def __init__(self, cpu, cores: float, threads: float, efficiency: tuple = (), costs=None,
-                 multiplicity: float = 1.0):
+                 multiplicity: float = 1.0, per_job: bool = False):
         self.cpu = list(cpu)
+        self.per_job = per_job
         self.cores, self.threads, self.efficiency = float(cores), float(threads), efficiency
         self.costs = costs if costs is not None and costs.contention else None
         self.m = [float(m) for m in multiplicity] if np.ndim(multiplicity) else \
@@ -130,7 +138,8 @@ class SharedCpus:
         self.done = [0.0] * count
         self.last = [0.0] * count
         # Per CPU a heap of jobs: (done at its end, order, process, threads, compute?, work,
-        # done when it came).
+        # done when it came); with ``per_job`` a list in arrival order: [work left, order,
+        # process, threads, compute?].
         self.jobs = [[] for _ in range(count)]
         # (Counted with each process's multiplicity.)
         self.busy = [0.0] * count                    # threads of running jobs
@@ -168,15 +177,23 @@ class SharedCpus:
     def advance(self, c: int, t: float) -> None:
         last = self.last[c]
         if t > last and self.jobs[c]:
-            self.done[c] += (t - last) * self.rate(c)
+            progress = (t - last) * self.rate(c)
+            if self.per_job:
+                for job in self.jobs[c]:
+                    job[0] -= progress
+            else:
+                self.done[c] += progress
         self.last[c] = t
 
     def arrive(self, k: int, t: float, work: float, compute: bool) -> int:
         c = self.cpu[k]
         self.advance(c, t)
         threads = (self.threads if compute else 1.0) * self.m[k]
-        heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads, compute,
-                                      work, self.done[c]))
+        if self.per_job:
+            self.jobs[c].append([work, self._order, k, threads, compute])
+        else:
+            heapq.heappush(self.jobs[c], (self.done[c] + work, self._order, k, threads,
+                                          compute, work, self.done[c]))
         self._order += 1
         self.busy[c] += threads
         self._rate[c] = self._cap[c] = None
@@ -205,6 +222,8 @@ class SharedCpus:
         jobs = self.jobs[c]
         if not jobs:
             return None
+        if self.per_job:
+            return t + max(0.0, min(job[0] for job in jobs) / self.rate(c))
         return t + max(0.0, self._left(c, jobs[0])) / self.rate(c)
 
     def finish_due(self, c: int, t: float) -> list:
@@ -212,8 +231,14 @@ class SharedCpus:
         guard; at least the one closest to its end)."""
         self.advance(c, t)
         jobs = self.jobs[c]
-        ended = [heapq.heappop(jobs)]
-        while jobs:
+        if self.per_job:                         # (``engine.finished``)
+            ended = [job for job in jobs if residue(job[0])] or [min(jobs)]
+            for job in ended:
+                jobs.remove(job)
+            ended = [(None, job[1], job[2], job[3], job[4], None, None) for job in ended]
+        else:
+            ended = [heapq.heappop(jobs)]
+        while jobs and not self.per_job:
             left = self._left(c, jobs[0])
             if left > _DUE_S * max(1.0, left):
                 break
