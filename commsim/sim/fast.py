@@ -788,6 +788,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     run.sequence = []
+    run.after_release = True
     try:
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, False, start, tensors=1)
         # (each rank's marks: the tensor's launch, its end, the next's launch)
@@ -1363,7 +1364,7 @@ def _slow_link_replay(run: Run, plan: _SlowWave, algorithm: str, nbytes: float,
     track_slot = [slot[h] for h in plan.hosts]
     replayed = Run(spec, costs, wave.ranks)
     replayed.nics = fast_queues.NicState(hosts)
-    replayed.released = {}
+    replayed.released, replayed.after_release = {}, True
 
     def alike(released: dict) -> bool:
         for k, groups in enumerate(plan.checks):

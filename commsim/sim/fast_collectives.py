@@ -171,6 +171,10 @@ class Run:
         # runs a failing check would waste.
         self.released = None
         self.released_ok = None
+        # Whether its collective is replayed apart from the one before it over every rank
+        # (``fast._tensor_by_tensor``): a request may not come before that one's last release
+        # on its direction (``fast_queues.simulate``'s ``after_release``).
+        self.after_release = False
         # Where a collective is replayed alone after another replayed alone (``fast._tensor_by_
         # tensor``): per rank, its place among those that start at one instant (the order in
         # which they left the last, as the DES resumes them), instead of rank order; and a list
@@ -922,7 +926,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                 multiplicity=run.p / run.ranks.size if pool else 1.0, per_job=not pool)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
-                                    cpus=cpus, released=released, sequence=sequence)
+                                    cpus=cpus, released=released, sequence=sequence,
+                                    after_release=run.after_release)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])

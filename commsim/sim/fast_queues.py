@@ -235,14 +235,13 @@ class SharedCpus:
             ended = [job for job in jobs if residue(job[0])] or [min(jobs)]
             for job in ended:
                 jobs.remove(job)
-            ended = [(None, job[1], job[2], job[3], job[4], None, None) for job in ended]
         else:
             ended = [heapq.heappop(jobs)]
-        while jobs and not self.per_job:
-            left = self._left(c, jobs[0])
-            if left > _DUE_S * max(1.0, left):
-                break
-            ended.append(heapq.heappop(jobs))
+            while jobs:
+                left = self._left(c, jobs[0])
+                if left > _DUE_S * max(1.0, left):
+                    break
+                ended.append(heapq.heappop(jobs))
         if not jobs:
             # Idle: the next job's end is then its work over the rate, to the bit, as the DES
             # has it (two CPUs' jobs ending at one instant keep the DES's order).
@@ -251,7 +250,7 @@ class SharedCpus:
             ended.sort(key=lambda job: job[1])
         self._rate[c] = self._cap[c] = None
         busy, computing, compute_s = self.busy, self.computing, self.compute_s
-        for _, _, k, threads, compute, _, _ in ended:
+        for _, _, k, threads, compute, *_ in ended:
             busy[c] -= threads
             if compute:
                 computing[c] -= threads
@@ -325,7 +324,8 @@ class _Direction:
 
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
-             released: dict | None = None, sequence: list | None = None):
+             released: dict | None = None, sequence: list | None = None,
+             after_release: bool = False):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -355,10 +355,16 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
                bytes, for the contention caps.
-    nics:      the run's NicState: a request for a direction before or at the instant an
-               earlier collective's last message there released it raises NotExact (in the
-               DES it queues or ties with that message in an event order this replay, which
-               starts after it, does not hold).
+    nics:      the run's NicState: directions busy before are waited for; a request before
+               or at the instant an earlier collective's last one on that direction asked for
+               it raises NotExact (the DES would have served this one first, or orders the two
+               by its event history, which this replay, starting after the other, does not
+               hold).
+    after_release: a request before or at an earlier collective's last release on its
+               direction raises NotExact too (a collective replayed apart from the one before
+               it over every rank: waiting behind that message, its grant comes at a release
+               event this replay places first among the instant's, the DES after the
+               message's end; with three ranks a host that order decided a queue).
     released:  where given, each message between hosts -> when it released its directions.
     sequence:  where given, each process appended as it passes a mark and as it ends, in the
                order the DES's events take them (the order in which processes that leave a
@@ -415,15 +421,22 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             heappush(instants, t)
         bucket.append((kind, what))
 
-    # When earlier collectives last freed each direction (read only until the end).
-    busy_before = nics.free
+    # What earlier collectives left on the directions (read only until the end).
+    hosts = np.unique(host)                    # the hosts of these ranks: their NICs
+    busy_before = list(zip(nics.free, nics.requested))
+    for d in (0, 1):
+        free = busy_before[d][0]
+        for h in hosts[free[hosts] > -np.inf].tolist():
+            directions[d][h].holder = -1
+            push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
     # Per direction, host -> its latest request and when it was last freed (the clock only
     # moves on: the latest is the last).
     requested = [{}, {}]
     newest_free = [{}, {}]
-    # Per direction, the hosts whose requests have come after an earlier collective's last
-    # release there (the clock only moves on, so a host passed once stays passed).
+    # Per direction, the hosts whose requests have come after an earlier collective's latest
+    # there (the clock only moves on, so a host passed once stays passed).
     passed = (set(), set())
+    last = 0 if after_release else 1           # (busy_before's release or request)
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
@@ -431,12 +444,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def request(d, h, m, t):
         if h not in passed[d]:
-            # (an earlier collective's message on this direction: a request before or at its
-            # release queues or ties with it in the DES's event order, which a collective
-            # replayed alone cannot give)
-            if t <= float(busy_before[d][h]) + TOUCH_RTOL * max(1.0, abs(t)):
-                refuse("a message would ask for a NIC direction before an earlier "
-                       "collective's last one there has released it, which the DES orders "
+            # (at the instant of an earlier collective's last request here, the DES orders
+            # the two by its event history, which a collective replayed alone does not hold)
+            if t <= float(busy_before[d][last][h]) + TOUCH_RTOL * max(1.0, abs(t)):
+                refuse("a message would ask for a NIC direction at or before the instant an "
+                       "earlier collective's last one there asked for it, which the DES orders "
                        "by its event history")
             passed[d].add(h)
         direction = directions[d][h]
@@ -674,6 +686,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             elif kind == _TX_RELEASED or kind == _RX_RELEASED:
                 d = 0 if kind == _TX_RELEASED else 1
                 direction = directions[d][what]
+                if direction.holder == -1:             # an earlier collective's message
+                    direction.holder = None
                 if direction.waiting and direction.holder is None:
                     grant(d, what, t)
             elif kind == _LATCHED:
