@@ -1318,9 +1318,10 @@ def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
     rph, hosts, p = c.ranks_per_host, c.hosts, spec.world_size
     cls = _slow_classes(hosts, plan.h0) + 1            # (0: h0's; j + 1: class j's)
     seen: dict = {}
+    replayed = Run(spec, costs, plan.wave.ranks)   # (its schedule built once)
     try:
-        ends, directions, comm = _slow_link_replay(run, plan, algorithm, costs.param_bytes[0],
-                                                   start=start)
+        ends, directions, comm = _slow_link_replay(replayed, plan, algorithm,
+                                                   costs.param_bytes[0], start=start)
         comm = comm[cls].reshape(-1)
         for nbytes in costs.param_bytes[1:]:
             if np.any(ends[:, 1:] == ends[:, :-1]):
@@ -1330,7 +1331,7 @@ def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
             key = (nbytes, *_relative(ends, directions, base))
             known = _recalled(seen, key, base)
             if known is None:
-                later, moved, _ = _slow_link_replay(run, plan, algorithm, nbytes, ends,
+                later, moved, _ = _slow_link_replay(replayed, plan, algorithm, nbytes, ends,
                                                     directions)
                 known = (later - base, tuple(x - base for x in moved))
                 _remember(seen, key, base, float(later.max()), known)
@@ -1347,22 +1348,22 @@ def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
     return run, ends[cls].reshape(-1), comm
 
 
-def _slow_link_replay(run: Run, plan: _SlowWave, algorithm: str, nbytes: float,
+def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: float,
                       times=None, state=None, start=None):
-    """One all-reduce on the plan's tracks, each from its class's state (``times``: per class
-    -1 .. n-1, its ranks' starts; ``state``: its host's directions' free and requested
-    instants, tx and rx), or with ``start`` (per rank) the iteration's first, the compute
-    before it (alike on every host).  Per class: its ranks' ends, its host's directions (free
-    tx, rx, requested tx, rx), and its ranks' seconds in the all-reduce.  NotExact where the
-    tracks of a class part."""
-    spec, costs = run.spec, run.costs
+    """One all-reduce on the plan's tracks (``replayed``, a run of their ranks, its NICs and
+    notes set anew), each from its class's state (``times``: per class -1 .. n-1, its ranks'
+    starts; ``state``: its host's directions' free and requested instants, tx and rx), or
+    with ``start`` (per rank) the iteration's first, the compute before it (alike on every
+    host).  Per class: its ranks' ends, its host's directions (free tx, rx, requested tx,
+    rx), and its ranks' seconds in the all-reduce.  NotExact where the tracks of a class
+    part."""
+    spec, costs = replayed.spec, replayed.costs
     rph, hosts = spec.cluster.ranks_per_host, spec.cluster.hosts
     wave = plan.wave
     width = wave.ranks.size
     first = rph.bit_length() - 1                 # the schedule's first step between hosts
     slot = {h: i for i, h in enumerate(sorted(plan.hosts))}
     track_slot = [slot[h] for h in plan.hosts]
-    replayed = Run(spec, costs, wave.ranks)
     replayed.nics = fast_queues.NicState(hosts)
     replayed.released, replayed.after_release = {}, True
 
