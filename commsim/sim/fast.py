@@ -736,7 +736,7 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
             by_class = _slow_link_by_tensor(run, blocks, algorithm, start)
             if by_class is not None:
                 return by_class
-            return _tensor_by_tensor(Run(spec, costs, run.ranks), blocks, algorithm, start)
+            return _tensor_by_tensor(run, blocks, algorithm, start)
         synced, comm, _ = _sync_replayed(run, blocks, algorithm, buckets, start)
         return run, synced, comm
     first = _wave(spec, costs, algorithm)
@@ -1308,8 +1308,8 @@ def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
     """``_tensor_by_tensor``'s answer where recursive doubling goes by class beside one slow
     link (``_slow_link_plan``): every tensor on the plan's tracks, the first with the compute
     (alike on every host), each next one from its classes' states, once per state and binade
-    (``_remember``); None where the plan does not apply or a class parts (``run`` then holds a
-    partial answer)."""
+    (``_remember``); None, ``run`` untouched, where the plan does not apply or a class
+    parts."""
     spec, costs = run.spec, run.costs
     plan = _slow_link_plan(spec, algorithm)
     if plan is None or len(costs.param_bytes) < 2:
