@@ -477,6 +477,49 @@ def combinations(draw):
     return strategy, nodes, kw
 
 
+@st.composite
+def vgg_combinations(draw):
+    """VGG-11's 34 tensors (the bundled profile) on shared hosts, their cores too few or not,
+    over slow networks: where wide random scans found replays off the DES (ties a split
+    replay or a CPU's sums broke the other way), about one case in 10,000, each pinned by a
+    test of its own above; this draws new ones on every run."""
+    strategy = draw(st.sampled_from(["ring", "ring", "ddp", "ddp", "ps", "dp"]))
+    nodes, local = draw(st.integers(1, 6)), draw(st.integers(2, 4))
+    opts = dict(batch_per_rank=32, ranks_per_host=local,
+                bandwidth=draw(st.sampled_from(["100mbit", "1gbit", "10gbit"])),
+                sync_every=draw(st.integers(1, 2)))
+    if draw(st.booleans()):
+        opts["cores_per_host"] = draw(st.sampled_from([1, 2, 3]))
+    if strategy in ("ring", "ddp"):
+        opts["algorithm"] = draw(st.sampled_from(ALGORITHMS))
+    if strategy == "ps":
+        opts["algorithm"] = draw(st.sampled_from(["linear", "binomial"]))
+    if strategy == "ddp":
+        opts["compress"] = draw(st.sampled_from([None, "fp16"]))
+        opts["bucket_mb"] = draw(st.sampled_from([None, 4]))
+        opts["no_buffer_broadcast"] = draw(st.booleans())
+    if strategy == "dp":
+        opts.pop("sync_every")
+    if draw(st.booleans()):
+        rank = draw(st.integers(0, nodes * local - 1))
+        opts["straggler"] = [f"{rank}:{draw(st.sampled_from(['0.6', '1.5', '2.0']))}"]
+    if draw(st.booleans()):
+        opts["slow_link"] = [f"{draw(st.integers(0, nodes - 1))}:10mbit"]
+    return strategy, nodes, opts
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vgg_combinations())
+def test_random_vgg_combinations_on_shared_hosts(case):
+    strategy, nodes, opts = case
+    sc = scenario(**opts)
+    profile = load_default()
+    des = predict(profile, strategy, nodes, sc, engine="des")
+    auto = predict(profile, strategy, nodes, sc, engine="auto")
+    if auto.engine == "fast":
+        assert_same(des, auto)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(combinations())
 def test_random_combinations(case):
