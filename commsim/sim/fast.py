@@ -850,13 +850,18 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     return run, t, comm
 
 
+def _touched(base: float) -> float:
+    """The earliest time a replay from ``base`` compares with it (``fast_queues.simulate``
+    takes times within its touch as one instant)."""
+    return base - 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
+
+
 def _relative(t, directions, base: float) -> list:
     """A state's times as a replay's memo keys them: the ranks' starts and the directions'
     instants less ``base`` (its first start) as bytes, a direction freed before it (beyond the
     clock's touch) as one never used."""
-    margin = 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
     return [(np.asarray(t) - base).tobytes(),
-            *(np.where(x < base - margin, -np.inf, x - base).tobytes() for x in directions)]
+            *(np.where(x < _touched(base), -np.inf, x - base).tobytes() for x in directions)]
 
 
 def _binade(lo: float, hi: float) -> int | None:
@@ -873,9 +878,8 @@ def _binade(lo: float, hi: float) -> int | None:
 
 def _remember(seen: dict, key, base: float, last: float, answer) -> None:
     """Keeps a replay's ``answer`` (times less ``base``) for its state's ``key``, where every
-    time it made, ``base`` (less the keys' touch) to ``last``, lies in one binade."""
-    lo = base - 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
-    e = _binade(lo, last)
+    time it made, ``base`` (less the clock's touch) to ``last``, lies in one binade."""
+    e = _binade(_touched(base), last)
     if e is not None:
         seen[key, e] = (last - base, answer)
 
@@ -883,7 +887,7 @@ def _remember(seen: dict, key, base: float, last: float, answer) -> None:
 def _recalled(seen: dict, key, base: float):
     """The answer kept for ``key`` that holds from ``base``: one made in the binade that
     this replay's times would all lie in; None where there is none."""
-    lo = base - 2 * fast_queues.TOUCH_RTOL * max(1.0, abs(base))
+    lo = _touched(base)
     e = math.frexp(lo)[1]
     kept = seen.get((key, e)) if lo > 0 else None
     if kept is None or _binade(lo, base + kept[0]) != e:
