@@ -27,7 +27,6 @@ processor sharing (``SharedCpus``) instead of fixed rates.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import defaultdict, deque
 
 import numpy as np
