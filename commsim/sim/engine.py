@@ -39,11 +39,16 @@ class Interval:
 
 
 def finished(jobs: dict) -> list:
-    """The keys of the jobs (key -> [work left, ...], in arrival order) that are done: those
+    """The keys of the jobs (key -> [work left, ...], in arrival order) that are done
+    (``finished_jobs``)."""
+    return [key for _, key in finished_jobs([(job[0], key) for key, job in jobs.items()])]
+
+
+def finished_jobs(jobs: list) -> list:
+    """The jobs ([work left, ...], in arrival order) that are done, in that order: those
     within float residue of no work left (``residue``), else the one closest to done (finish
     it rather than spin on tiny timeouts)."""
-    done = [key for key, job in jobs.items() if residue(job[0])]
-    return done or [min(jobs, key=lambda key: jobs[key][0])]
+    return [job for job in jobs if residue(job[0])] or [min(jobs, key=lambda job: job[0])]
 
 
 def residue(left: float) -> bool:

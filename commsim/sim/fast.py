@@ -1198,6 +1198,7 @@ class _SlowWave:
 
     wave:    the plan's hosts and block (``_planned``; its own checks unused).
     hosts:   per track (a replayed host), its host; track 0 is the slow host h0.
+    slots:   per track, its host's place among the plan's (``wave.ranks`` holds them so).
     begins:  per track, the class whose state it starts from (-1: h0's).
     ends:    per class j, the track that ends the all-reduce as class j does.
     checks:  per step between hosts, the groups of tracks that release its messages alike.
@@ -1208,6 +1209,7 @@ class _SlowWave:
     n: int
     wave: _Wave
     hosts: list
+    slots: list
     begins: list
     ends: list
     checks: list
@@ -1304,8 +1306,9 @@ def _slow_link_plan(spec: RunSpec, algorithm: str) -> _SlowWave | None:
         return {track_hosts[i]: track_hosts[j] for i, j in enumerate(partner[k])}, ()
 
     wave = _planned(p, rph, h0, h0, track_hosts, mates)
-    return _SlowWave(h0, n, wave, track_hosts, begins, [ends[j] for j in range(n)], checks,
-                     horizon)
+    slot = {h: i for i, h in enumerate(sorted(track_hosts))}
+    return _SlowWave(h0, n, wave, track_hosts, [slot[h] for h in track_hosts], begins,
+                     [ends[j] for j in range(n)], checks, horizon)
 
 
 def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
@@ -1366,8 +1369,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     wave = plan.wave
     width = wave.ranks.size
     first = rph.bit_length() - 1                 # the schedule's first step between hosts
-    slot = {h: i for i, h in enumerate(sorted(plan.hosts))}
-    track_slot = [slot[h] for h in plan.hosts]
+    track_slot = plan.slots
     replayed.nics = fast_queues.NicState(hosts)
     replayed.released, replayed.after_release = {}, True
 

@@ -32,7 +32,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from commsim.costs import cpu_load, job_rate
-from commsim.sim.engine import residue
+from commsim.sim.engine import finished_jobs
 
 # Two times closer than this (relative to the clock) are one instant: float rounding.
 TOUCH_RTOL = 1e-12
@@ -230,8 +230,8 @@ class SharedCpus:
         guard; at least the one closest to its end)."""
         self.advance(c, t)
         jobs = self.jobs[c]
-        if self.per_job:                         # (``engine.finished``)
-            ended = [job for job in jobs if residue(job[0])] or [min(jobs)]
+        if self.per_job:
+            ended = finished_jobs(jobs)
             for job in ended:
                 jobs.remove(job)
         else:
@@ -630,16 +630,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     reschedule(h, t)
                     continue
                 # ``ProcessorSharingCPU._on_timer``: the jobs done resume in their order
-                # (``engine.finished``), and the timer is set again for the rest.
+                # (``engine.finished_jobs``), and the timer is set again for the rest.
                 advance(h, t)
                 running = jobs[h]
                 if len(running) == 1:              # (done, by residue or as the closest)
                     bucket.append((_RESUME, running.pop()[2]))
                     timer[h] = version + 1
                     continue
-                done = [job for job in running if residue(job[0])] \
-                    or [min(running, key=lambda job: job[0])]
-                for job in done:
+                for job in finished_jobs(running):
                     running.remove(job)
                     bucket.append((_RESUME, job[2]))
                 reschedule(h, t)
