@@ -244,6 +244,29 @@ def test_a_slow_link_s_doubling_goes_by_class(monkeypatch, hosts, local, slow):
     assert len(tracks[0].hosts) < hosts
 
 
+@pytest.mark.parametrize("nodes, profile, kw", [
+    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7})),
+    (64, PROFILE, dict(ranks_per_host=2, slow_links_Bps={17: 5e6}, sync_every=2)),
+    (32, BIG_FIRST, dict(ranks_per_host=2, slow_links_Bps={0: 1e8})),
+    (128, PROFILE, dict(ranks_per_host=2, slow_links_Bps={40: 1e6}, broadcast_buffers=False)),
+    (64, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e7}, overlap=False))],
+    ids=["distinct", "local-steps", "big-first", "no-broadcast", "four-a-host"])
+def test_a_slow_link_s_buckets_go_by_class(monkeypatch, nodes, profile, kw):
+    """DDP's buckets beside one slow link, recursive doubling over a power of two of hosts:
+    each bucket is replayed on the slow-link plan's tracks from its classes' states
+    (``fast._slow_link_buckets``), the DES's times; where a class's tracks part (four ranks a
+    host at 30 Mbit/s, the toy profile), every rank is replayed, the DES's times again."""
+    from commsim.sim import fast
+
+    taken = []
+    by_bucket = fast._slow_link_buckets
+    monkeypatch.setattr(fast, "_slow_link_buckets",
+                        lambda *a: taken.append(by_bucket(*a)) or taken[-1])
+    check("ddp", nodes, profile, algorithm="recursive_doubling", cores_per_host=64, **kw)
+    assert len(taken) == 1
+    assert (taken[0] is not None) == (kw["ranks_per_host"] == 2)
+
+
 @pytest.mark.parametrize("strategy, hosts, kw", [
     ("ring", 3, dict(algorithm="recursive_doubling", slow_link=["1:10mbit"])),
     ("ring", 3, dict(algorithm="rabenseifner", slow_link=["1:10mbit"])),

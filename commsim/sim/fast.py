@@ -594,8 +594,10 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             synced, synced_comm, backward_end = _sync(run, blocks, algorithm, buckets, forward,
                                                       backward_work, backward_end, a)
         except Replay:             # messages would queue on a NIC: every collective at once
-            by_class = _wave_buckets(spec, costs, algorithm, forward, backward_work,
-                                     backward_end, a) if buckets else None
+            by_class = None
+            for by_bucket in (_wave_buckets, _slow_link_buckets) if buckets else ():
+                by_class = by_class or by_bucket(spec, costs, algorithm, forward,
+                                                 backward_work, backward_end, a)
             if by_class is None:
                 by_class = _replayed_then_alike(Run(spec, costs, ranks), blocks, algorithm,
                                                 buckets, start)
@@ -1353,6 +1355,76 @@ def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
     _account_alike(run, Block(np.arange(2 * rph)[None], p, alike=True), algorithm,
                    costs.param_bytes, False)
     return run, ends[cls].reshape(-1), comm
+
+
+def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward,
+                       backward_work, backward_end, a: float):
+    """``_sync``'s answer for DDP's buckets (the run that counted the bytes, when each rank
+    is synchronised, its time in the collectives) where each bucket's recursive doubling goes
+    by class beside one slow link (``_slow_link_plan``); None where it does not apply or a
+    class parts.
+
+    Backward is alike on every host, so a bucket launches on every host at once unless the
+    last bucket holds it back, which it does by class: each bucket is replayed on the plan's
+    tracks, each from its class's state (when its ranks left the last bucket, or are ready,
+    and its host's NIC directions), and every rank takes its class's answer.  A host's ranks
+    launched at one instant resume in rank order, as the replay takes them: where backward
+    launched both (its signals come in rank order), or the last bucket held both back and
+    they left it in rank order (the replay's order); otherwise it is declined."""
+    plan = _slow_link_plan(spec, algorithm)
+    if plan is None or spec.compression == "fp16":
+        return None
+    c = spec.cluster
+    rph, hosts, p = c.ranks_per_host, c.hosts, spec.world_size
+    wave = plan.wave
+    ranks = wave.ranks
+    width = ranks.size
+    cls = _slow_classes(hosts, plan.h0) + 1            # (0: h0's; j + 1: class j's)
+    # Per class row, the track that starts from it (its ranks' places among ``ranks``).
+    first = {}
+    for i, b in enumerate(plan.begins):
+        first.setdefault(b + 1, plan.slots[i])
+    at = np.array([[first[row] * rph + r for r in range(rph)] for row in range(plan.n + 1)])
+    rows = np.array([b + 1 for b in plan.begins])
+    track_at = np.array([[s * rph + r for r in range(rph)] for s in plan.slots])
+    replayed = Run(spec, costs, ranks)             # (its schedule built once)
+    never = np.full(plan.n + 1, -np.inf)
+    # Per class row: its host's directions, its ranks' ends of the last bucket, and whether
+    # each of its ranks left it before the next.
+    last = {"state": (never,) * 4, "ends": np.full(at.shape, -np.inf),
+            "in_order": np.ones((plan.n + 1, rph - 1), dtype=bool)}
+
+    def allreduce(launch, nbytes):
+        times = launch[at]
+        if np.any(launch[track_at] != times[rows]):
+            raise NotExact("a class's tracks launch a bucket apart")
+        held = times == last["ends"]             # (launched as it left the last bucket)
+        ties = times[:, 1:] == times[:, :-1]
+        mixed = held[:, 1:] != held[:, :-1]
+        if np.any(ties & (mixed | held[:, 1:] & ~last["in_order"])):
+            raise NotExact("a class's ranks launch a bucket together, not as backward or "
+                           "the last bucket left them in rank order")
+        replayed.sequence = []
+        ends, last["state"], _ = _slow_link_replay(replayed, plan, algorithm, nbytes, times,
+                                                   last["state"])
+        order = _in_order_of(replayed.sequence, width, passes=0)[at]
+        last["ends"], last["in_order"] = ends, order[:, 1:] > order[:, :-1]
+        replayed.sequence = None
+        out = np.empty(width)
+        out[track_at] = ends[rows]
+        return out
+
+    run = Run(spec, costs, ranks)
+    try:
+        synced, comm, _ = _sync(run, [wave.block], algorithm, True, forward[ranks],
+                                backward_work[ranks], backward_end[ranks], a,
+                                allreduce=allreduce)
+    except (NotExact, Replay):
+        return None
+    whole = Run(spec, costs, np.arange(p))
+    _account_alike(whole, Block(np.arange(2 * rph)[None], p, alike=True), algorithm,
+                   [b.bytes for b in costs.buckets], False)
+    return whole, synced[at][cls].reshape(-1), comm[at][cls].reshape(-1)
 
 
 def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: float,
