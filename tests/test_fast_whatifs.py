@@ -244,6 +244,51 @@ def test_a_slow_link_s_doubling_goes_by_class(monkeypatch, hosts, local, slow):
     assert len(tracks[0].hosts) < hosts
 
 
+@pytest.mark.parametrize("hosts, rph, h0, tracks", [(16, 2, 5, 14), (64, 4, 63, 30),
+                                                     (512, 2, 300, 70), (4096, 2, 3, 118)])
+def test_a_slow_link_s_tracks_meet_as_their_hosts_would(hosts, rph, h0, tracks):
+    """``fast._slow_link_plan``: every step pairs every track with one other; following the
+    tracks' keys from their classes (a host's key: h0; in h0's block, z = h ^ h0 < 2^k, the
+    lowest bit of z; else the lowest bit of z from k up), at each step between hosts a track
+    in use meets one in use, in a pair of keys that a real host and its partner have there,
+    and takes the key that host takes; one track per class ends as that class."""
+    from commsim.api import run_spec
+    from commsim.sim import fast
+
+    sc = scenario(batch_per_rank=32, ranks_per_host=rph, algorithm="recursive_doubling",
+                  slow_link=[f"{h0}:10mbit"])
+    plan = fast._slow_link_plan(run_spec(load_default(), "ring", hosts, sc),
+                                "recursive_doubling")
+    assert len(plan.hosts) == tracks and plan.hosts[0] == h0
+    n = hosts.bit_length() - 1
+
+    def key(z, k):                   # (rows at the start and the end: 0 h0, j + 1 class j)
+        low = (z & -z).bit_length()
+        if z == 0 or k in (0, n) or z < 1 << k:
+            return low
+        return n + ((z >> k << k) & -(z >> k << k)).bit_length()
+
+    partner = plan.wave.block.partners()
+    for d in range(rph.bit_length() - 1):             # (the steps inside a host come first)
+        partner(1 << d)
+    track_at = {s: i for i, s in enumerate(plan.slots)}
+    keys = list(plan.begins)
+    for k in range(n):
+        mate = partner(rph << k)
+        assert np.array_equal(mate[mate], np.arange(mate.size))
+        real = {(key(z, k), key(z ^ 1 << k, k)): key(z, k + 1) for z in range(hosts)}
+        after = list(keys)
+        for i, h in enumerate(plan.horizon):
+            if h < k:
+                continue
+            j = track_at[mate[plan.slots[i] * rph] // rph]
+            assert plan.horizon[j] >= k and (keys[i], keys[j]) in real
+            after[i] = real[keys[i], keys[j]]
+        keys = after
+    assert [keys[i] for i in plan.ends] == list(range(n + 1))
+    assert plan.ends[0] == 0 and all(plan.horizon[i] == n for i in plan.ends)
+
+
 @pytest.mark.parametrize("nodes, profile, kw", [
     (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7})),
     (64, PROFILE, dict(ranks_per_host=2, slow_links_Bps={17: 5e6}, sync_every=2)),

@@ -127,6 +127,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -1195,17 +1196,21 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
 
 @dataclass(frozen=True)
 class _SlowWave:
-    """The hosts a recursive doubling all-reduce beside one slow link is replayed on by class
+    """The hosts a doubling all-reduce beside one slow link is replayed on by class
     (``_slow_link_plan``).
 
-    wave:    the plan's hosts and block (``_planned``; its own checks unused).
-    hosts:   per track (a replayed host), its host; track 0 is the slow host h0.
-    slots:   per track, its host's place among the plan's (``wave.ranks`` holds them so).
-    begins:  per track, the class whose state it starts from (-1: h0's).
-    ends:    per class j, the track that ends the all-reduce as class j does.
-    checks:  per step between hosts, the groups of tracks that release its messages alike.
-    horizon: per track, the last step between hosts whose messages are used (its program
-             ends there; n: every step).
+    n:         the hosts' bits; the classes are n + 1 rows (0: the slow host h0; j + 1: the
+               hosts whose lowest bit apart from h0 is j).
+    wave:      the plan's hosts and block (``_planned``; its own checks unused).
+    hosts:     per track (a replayed host), its host; track 0 is h0.
+    slots:     per track, its host's place among the plan's (``wave.ranks`` holds them so).
+    begins:    per track, the class row whose state it starts from.
+    ends:      per class row, the track that ends the all-reduce as that class does.
+    checks:    per step between hosts, the groups of tracks that must release its messages
+               alike.
+    horizon:   per track, the last step between hosts whose messages are used (its program
+               ends there; -1: none; len(exchanges): every step, to the end).
+    exchanges: per step between hosts, its place among the schedule's exchanges.
     """
     h0: int
     n: int
@@ -1216,14 +1221,18 @@ class _SlowWave:
     ends: list
     checks: list
     horizon: list
+    exchanges: list
+
+
+def _low_bit(v) -> np.ndarray:
+    """Per value, its lowest set bit (-1: none)."""
+    return np.where(v == 0, -1, np.log2(np.maximum(v & -v, 1)).astype(np.int64))
 
 
 def _slow_classes(hosts: int, h0: int) -> np.ndarray:
     """Per host, its class beside the slow host h0: the lowest bit in which it differs from
     h0 (-1: h0 itself)."""
-    z = np.arange(hosts) ^ h0
-    low = z & -z
-    return np.where(z == 0, -1, np.log2(np.maximum(low, 1)).astype(np.int64))
+    return _low_bit(np.arange(hosts) ^ h0)
 
 
 def _slow_link_plan(spec: RunSpec, algorithm: str) -> _SlowWave | None:
@@ -1231,20 +1240,24 @@ def _slow_link_plan(spec: RunSpec, algorithm: str) -> _SlowWave | None:
     several ranks a host, whose only uneven host is one slow link's h0, goes by class; None
     where this does not apply.
 
-    Between tensors the hosts stand in classes by the lowest bit of h ^ h0 (9 at 512 hosts,
-    seen in the DES), each class's hosts at the same instants.  The steps between hosts flip
-    their bits from the lowest, so before the step flipping bit k the hosts that differ from
-    h0 in bits k and up sit in blocks of 2^k that have met only each other and started alike
-    but for their corner (the block's host whose low k bits are h0's): every host of a block
-    stands where its corner's class puts it (E_k(c), c the corner's class, c >= k).  At step
-    k each block with a corner of class c > k meets one whose corner has class k, and both
-    become E_(k+1)(c); h0 meets its corner 2^k away, and every host of h0's block (class j < k,
-    one track each) meets a host of E_k(k).  So the tracks needed are counted from the last
-    step back (need(k, c) for c > k: half of need(k + 1, c), rounded up; need(k, k): one for
-    h0, one per class below k, one per pair above), 70 at 512 hosts, and at each step a track
-    pairs as its class does; tracks past their use (a class's copy, a pair's extra) pair among
-    themselves, a spare making the count even.  A track's program ends with its last step in use, and the replay checks that
-    every track of a class releases its messages of the step at the same instants."""
+    Between tensors the hosts stand in classes by the lowest bit of z = h ^ h0 (9 at 512
+    hosts, seen in the DES).  The steps between hosts flip their bits from the lowest, so
+    before the step flipping bit k a host outside h0's block (z >= 2^k) has met only the
+    hosts of its block of 2^k, which started alike but for their corner (the block's host
+    whose low k bits are h0's), and stands where the corner's class puts it: its key is the
+    lowest bit of z from k up (E_k(c)).  At step k a block whose corner has class c > k meets
+    one whose corner has class k, and both become E_(k+1)(c); h0 meets its corner 2^k away;
+    every host of h0's block stands by the lowest bit of its z and meets a host of E_k(k).
+    ``_keyed_plan`` counts the tracks from these keys (70 at 512 hosts, 188 at 32,768) and
+    the replay checks that every track of a key meeting one key releases the step's
+    messages alike.
+
+    Not for Rabenseifner, whose keys are as regular (its halving flips bits from the
+    highest: a host whose z has a bit at k or below has met only hosts of its class, h0's
+    block stands by the highest bit of z; its doubling mirrors that) but whose halving
+    starts between hosts: a host's first rank to leave a tensor asks for its NIC while its
+    other rank's last message still holds it, and a tensor replayed alone is then NotExact
+    (``fast_queues.simulate``'s ``after_release``)."""
     if algorithm != "recursive_doubling":
         return None
     c = spec.cluster
@@ -1255,62 +1268,118 @@ def _slow_link_plan(spec: RunSpec, algorithm: str) -> _SlowWave | None:
         return None
     h0, = slow
     n = hosts.bit_length() - 1
-    need = [[0] * n for _ in range(n + 1)]
-    for k in range(n - 1, -1, -1):
-        for j in range(k + 1, n):
-            need[k][j] = (need[k + 1][j] + 1) // 2
-        need[k][k] = k + 1 + sum(need[k][k + 1:])
-    label: list = ["h0"] + [j for j in range(n) for _ in range(need[0][j])]
-    begins = [-1] + label[1:]
-    if len(label) % 2:                           # a spare: every step pairs every track
-        label.append("past")
-        begins.append(0)
-    count = len(label)
-    if count >= hosts:
+    z = np.arange(hosts) ^ h0
+    rows = _slow_classes(hosts, h0) + 1
+    # (h0's block by its z's lowest bit, 1 .. n; the others by the corner's, n + 1 .. 2n)
+    keys = [rows, *(np.where(z == 0, 0, np.where(z < 1 << k, rows, 1 + n + _low_bit(z >> k << k)))
+                    for k in range(1, n)), rows]
+    local = rph.bit_length() - 1                 # (the exchanges inside a host come first)
+    return _keyed_plan(p, rph, hosts, h0, list(range(n)), keys, [local + k for k in range(n)])
+
+
+def _keyed_plan(p: int, rph: int, hosts: int, h0: int, bits, keys, exchanges):
+    """The ``_SlowWave`` for hosts that stand, before each step between hosts (flipping host
+    bit ``bits[s]``), where ``keys[s]`` puts them (per host; ``keys[-1]``: after the last,
+    ``keys[0]`` and ``keys[-1]`` the class rows, 0 for h0 alone); None where the keys are not
+    a function of the last step's (a host's and its partner's) or the tracks would not be
+    fewer than the hosts.
+
+    The tracks are counted back from the end, one per class row: a key needed after a step
+    is made by pairs of the keys that make it (the fewest pairs, a pair making two of a key
+    where its two sides do), and those pairs' keys are needed before it.  Forward, the tracks
+    take the keys the count gave the start, pair at each step as counted and take their new
+    keys; one made but not needed is past its use there, its program ending with that step.
+    Tracks past their use pair among themselves (a spare making the count even), and the
+    tracks in use of one key meeting one key must release the step's messages alike."""
+    every = np.arange(hosts)
+    tables = []
+    for s, k in enumerate(bits):
+        m = int(max(keys[s].max(), keys[s + 1].max())) + 1
+        seen = np.unique((keys[s] * m + keys[s][every ^ (1 << k)]) * m + keys[s + 1])
+        table = {}
+        for mine, theirs, after in zip(*(x.tolist() for x in (seen // m // m, seen // m % m,
+                                                               seen % m))):
+            if table.setdefault((mine, theirs), after) != after:
+                return None
+        tables.append(table)
+    # Back from the end: per step, the pairs (key, key) it needs, and the keys needed before.
+    need = Counter(dict.fromkeys(keys[-1].tolist(), 1))
+    pairs = []
+    for table in reversed(tables):
+        made = {}                                # (a, b), a <= b -> (a's key after, b's)
+        for (a, b) in table:
+            if a <= b:
+                made[a, b] = (table[a, b], table[b, a])
+        left, chosen = Counter(need), Counter()
+        for key in sorted(need, key=lambda x: (-need[x], x)):
+            if left[key] <= 0:
+                continue
+            count, pair = max((outs.count(key), pair) for pair, outs in made.items()
+                              if key in outs)
+            m = -(-left[key] // count)
+            chosen[pair] += m
+            for out in made[pair]:
+                left[out] -= m
+        pairs.append(chosen)
+        need = Counter()
+        for (a, b), m in chosen.items():
+            need[a] += m
+            need[b] += m
+    pairs.reverse()
+    if need[0] != 1 or sum(need.values()) + 1 >= hosts:
         return None
-    horizon = [-1 if x == "past" else n for x in label]
-    ends, partner, checks = {-1: 0}, [], []
-    for k in range(n):
+    # Forward: the tracks (track 0 h0's), their keys, partners and horizons.
+    begins = [0] + sorted(key for key, m in need.items() for _ in range(m) if key != 0)
+    if len(begins) % 2:
+        begins.append(begins[-1])                # (a spare, past its use from the start)
+    count, total = len(begins), sum(need.values())
+    key = list(begins)
+    alive = [i < total for i in range(count)]
+    horizon = [-1] * count
+    partner, checks = [], []
+    for s, chosen in enumerate(pairs):
         mate = [None] * count
-
-        def match(a, b):
-            mate[a], mate[b] = b, a
-
-        fresh = iter([i for i in range(count) if label[i] == k])
-        groups = []
-        q = next(fresh)
-        match(0, q)
-        groups.append([0, q])
-        label[q], ends[k] = "block", q
-        for j in range(k):
-            q = next(fresh)
-            match(ends[j], q)
-            groups.append([ends[j], q])
-            label[q], horizon[q] = "past", k
-        for j in range(k + 1, n):
-            group = []
-            for a in [i for i in range(count) if label[i] == j]:
-                q = next(fresh)
-                match(a, q)
-                label[q] = j
-                group += [a, q]
-            for extra in group[need[k + 1][j]:]:
-                label[extra], horizon[extra] = "past", k
-            groups.append(group)
+        by_key: dict = {}
+        for i in range(count):
+            if alive[i]:
+                by_key.setdefault(key[i], []).append(i)
+        used: dict = {}                          # (key, partner's key) -> its tracks
+        after = list(key)
+        for (a, b), m in chosen.items():
+            for _ in range(m):
+                i = by_key[a].pop()
+                j = by_key[b].pop()
+                mate[i], mate[j] = j, i
+                after[i], after[j] = tables[s][a, b], tables[s][b, a]
+                used.setdefault((a, b), []).append(i)
+                used.setdefault((b, a), []).append(j)
+                horizon[i] = horizon[j] = s
+        checks.append([group for group in used.values() if len(group) > 1])
+        for group in by_key.values():            # (made at the last step, not needed now)
+            for i in group:
+                alive[i] = False
         rest = [i for i in range(count) if mate[i] is None]
-        for a, b in zip(rest[::2], rest[1::2]):
-            match(a, b)
+        for i, j in zip(rest[::2], rest[1::2]):
+            mate[i], mate[j] = j, i
+        key = after
         partner.append(mate)
-        checks.append(groups)
+    ends = {}
+    for i in range(count):
+        if alive[i]:
+            ends.setdefault(key[i], i)
+            horizon[i] = len(bits)
+    n = hosts.bit_length() - 1
     track_hosts = [h0] + [h for h in range(hosts) if h != h0][:count - 1]
+    step_of = {e: s for s, e in enumerate(exchanges)}
 
     def mates(step: int, k: int) -> tuple:
-        return {track_hosts[i]: track_hosts[j] for i, j in enumerate(partner[k])}, ()
+        mate = partner[step_of[step]]
+        return {track_hosts[i]: track_hosts[j] for i, j in enumerate(mate)}, ()
 
     wave = _planned(p, rph, h0, h0, track_hosts, mates)
     slot = {h: i for i, h in enumerate(sorted(track_hosts))}
     return _SlowWave(h0, n, wave, track_hosts, [slot[h] for h in track_hosts], begins,
-                     [ends[j] for j in range(n)], checks, horizon)
+                     [ends[row] for row in range(n + 1)], checks, horizon, exchanges)
 
 
 def _slow_link_by_tensor(run: Run, blocks, algorithm: str, start):
@@ -1382,10 +1451,10 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
     cls = _slow_classes(hosts, plan.h0) + 1            # (0: h0's; j + 1: class j's)
     # Per class row, the track that starts from it (its ranks' places among ``ranks``).
     first = {}
-    for i, b in enumerate(plan.begins):
-        first.setdefault(b + 1, plan.slots[i])
+    for i, row in enumerate(plan.begins):
+        first.setdefault(row, plan.slots[i])
     at = np.array([[first[row] * rph + r for r in range(rph)] for row in range(plan.n + 1)])
-    rows = np.array([b + 1 for b in plan.begins])
+    rows = np.array(plan.begins)
     track_at = np.array([[s * rph + r for r in range(rph)] for s in plan.slots])
     replayed = Run(spec, costs, ranks)             # (its schedule built once)
     never = np.full(plan.n + 1, -np.inf)
@@ -1440,14 +1509,13 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     rph, hosts = spec.cluster.ranks_per_host, spec.cluster.hosts
     wave = plan.wave
     width = wave.ranks.size
-    first = rph.bit_length() - 1                 # the schedule's first step between hosts
     track_slot = plan.slots
     replayed.nics = fast_queues.NicState(hosts)
     replayed.released, replayed.after_release = {}, True
 
     def alike(released: dict) -> bool:
-        for k, groups in enumerate(plan.checks):
-            offset = (first + k) * width
+        for e, groups in zip(plan.exchanges, plan.checks):
+            offset = e * width                   # (an exchange's messages, by position)
             for group in groups:
                 sent = [[released.get(offset + track_slot[i] * rph + r) for r in range(rph)]
                         for i in group]
@@ -1460,7 +1528,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     if start is None:
         t = np.empty(width)
         for i, h in enumerate(plan.hosts):
-            src = plan.begins[i] + 1               # (the class's row)
+            src = plan.begins[i]                   # (the class's row)
             t[track_slot[i] * rph:(track_slot[i] + 1) * rph] = times[src]
             for mine, real in zip((*replayed.nics.free, *replayed.nics.requested), state):
                 mine[h] = real[src]
@@ -1477,18 +1545,25 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     for column, more in zip(messages, mine):
         column += more
     # Each track's steps up to its last in use (those past it would only keep it paired, and
-    # their messages could queue on its NIC ahead of ones in use); those of the classes' tracks
-    # to the end, a mark after.
+    # their messages could queue on its NIC ahead of ones in use): its actions up to that
+    # exchange and the reduction after it; those of the classes' tracks to the end, a mark
+    # after.  (Every position's actions come in one pattern.)
+    actions = body[0]
+    exchange_at = [i for i, action in enumerate(actions) if action[0] == fast_queues.EXCHANGE]
+    cut = [exchange_at[plan.exchanges[0]]]
+    for e in plan.exchanges:
+        i = exchange_at[e] + 1
+        cut.append(i + (i < len(actions) and actions[i][0] == fast_queues.GLOO))
     for i, h in enumerate(plan.horizon):
         for r in range(rph):
             k = track_slot[i] * rph + r
-            if h < plan.n:
-                programs[k] += body[k][:2 * (first + h + 1)]  # (an exchange, a reduction)
+            if h < len(plan.exchanges):
+                programs[k] += body[k][:cut[h + 1]]
             else:
                 programs[k] += [*body[k], (fast_queues.EXIT,), (fast_queues.MARK,)]
     _, marks = replay(replayed, messages, programs, begin, order_known=False,
                       hosts_in_order=True)
-    classes = [0, *plan.ends]                    # the track of each class
+    classes = plan.ends                          # the track of each class row
     at = [track_slot[i] * rph + r for i in classes for r in range(rph)]
     ends = np.array([marks[k][-1] for k in at]).reshape(-1, rph)
     launched = np.array([marks[k][0] for k in at]).reshape(-1, rph) if start is not None \
