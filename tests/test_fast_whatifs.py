@@ -289,18 +289,23 @@ def test_a_slow_link_s_tracks_meet_as_their_hosts_would(hosts, rph, h0, tracks):
     assert plan.ends[0] == 0 and all(plan.horizon[i] == n for i in plan.ends)
 
 
-@pytest.mark.parametrize("nodes, profile, kw", [
-    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7})),
-    (64, PROFILE, dict(ranks_per_host=2, slow_links_Bps={17: 5e6}, sync_every=2)),
-    (32, BIG_FIRST, dict(ranks_per_host=2, slow_links_Bps={0: 1e8})),
-    (128, PROFILE, dict(ranks_per_host=2, slow_links_Bps={40: 1e6}, broadcast_buffers=False)),
-    (64, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e7}, overlap=False))],
-    ids=["distinct", "local-steps", "big-first", "no-broadcast", "four-a-host"])
-def test_a_slow_link_s_buckets_go_by_class(monkeypatch, nodes, profile, kw):
+@pytest.mark.parametrize("nodes, profile, kw, by_class", [
+    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7}), True),
+    (64, PROFILE, dict(ranks_per_host=2, slow_links_Bps={17: 5e6}, sync_every=2), True),
+    (32, BIG_FIRST, dict(ranks_per_host=2, slow_links_Bps={0: 1e8}), True),
+    (128, PROFILE, dict(ranks_per_host=2, slow_links_Bps={40: 1e6}, broadcast_buffers=False),
+     True),
+    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7}, compression="fp16"), True),
+    (16, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e9}, compression="fp16"), True),
+    (64, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e7}, overlap=False), False)],
+    ids=["distinct", "local-steps", "big-first", "no-broadcast", "fp16", "fp16-four-a-host",
+         "four-a-host-parts"])
+def test_a_slow_link_s_buckets_go_by_class(monkeypatch, nodes, profile, kw, by_class):
     """DDP's buckets beside one slow link, recursive doubling over a power of two of hosts:
     each bucket is replayed on the slow-link plan's tracks from its classes' states
-    (``fast._slow_link_buckets``), the DES's times; where a class's tracks part (four ranks a
-    host at 30 Mbit/s, the toy profile), every rank is replayed, the DES's times again."""
+    (``fast._slow_link_buckets``; with fp16 its casts around the schedule of half the bytes),
+    the DES's times; where a class's tracks part (four ranks a host at 30 Mbit/s, the toy
+    profile), every rank is replayed, the DES's times again."""
     from commsim.sim import fast
 
     taken = []
@@ -309,7 +314,7 @@ def test_a_slow_link_s_buckets_go_by_class(monkeypatch, nodes, profile, kw):
                         lambda *a: taken.append(by_bucket(*a)) or taken[-1])
     check("ddp", nodes, profile, algorithm="recursive_doubling", cores_per_host=64, **kw)
     assert len(taken) == 1
-    assert (taken[0] is not None) == (kw["ranks_per_host"] == 2)
+    assert (taken[0] is not None) == by_class
 
 
 @pytest.mark.parametrize("strategy, hosts, kw", [

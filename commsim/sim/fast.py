@@ -1441,10 +1441,11 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
     launched both (its signals come in rank order), or the last bucket held both back and
     they left it in rank order (the replay's order); otherwise it is declined."""
     plan = _slow_link_plan(spec, algorithm)
-    if plan is None or spec.compression == "fp16":
+    if plan is None:
         return None
     c = spec.cluster
     rph, hosts, p = c.ranks_per_host, c.hosts, spec.world_size
+    fp16 = spec.compression == "fp16"
     wave = plan.wave
     ranks = wave.ranks
     width = ranks.size
@@ -1475,7 +1476,7 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
                            "the last bucket left them in rank order")
         replayed.sequence = []
         ends, last["state"], _ = _slow_link_replay(replayed, plan, algorithm, nbytes, times,
-                                                   last["state"])
+                                                   last["state"], fp16=fp16)
         order = _in_order_of(replayed.sequence, width, passes=0)[at]
         last["ends"], last["in_order"] = ends, order[:, 1:] > order[:, :-1]
         replayed.sequence = None
@@ -1492,19 +1493,20 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
         return None
     whole = Run(spec, costs, np.arange(p))
     _account_alike(whole, Block(np.arange(2 * rph)[None], p, alike=True), algorithm,
-                   [b.bytes for b in costs.buckets], False)
+                   [b.bytes for b in costs.buckets], fp16)
     return whole, synced[at][cls].reshape(-1), comm[at][cls].reshape(-1)
 
 
 def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: float,
-                      times=None, state=None, start=None):
+                      times=None, state=None, start=None, fp16: bool = False):
     """One all-reduce on the plan's tracks (``replayed``, a run of their ranks, its NICs and
-    notes set anew), each from its class's state (``times``: per class -1 .. n-1, its ranks'
+    notes set anew), each from its class's state (``times``: per class row, its ranks'
     starts; ``state``: its host's directions' free and requested instants, tx and rx), or
     with ``start`` (per rank) the iteration's first, the compute before it (alike on every
-    host).  Per class: its ranks' ends, its host's directions (free tx, rx, requested tx,
-    rx), and its ranks' seconds in the all-reduce.  NotExact where the tracks of a class
-    part."""
+    host).  ``fp16``: DDP's fp16_compress_hook around it (a cast, the overhead, the schedule
+    of half the bytes without the divide, a cast).  Per class row: its ranks' ends, its host's
+    directions (free tx, rx, requested tx, rx), and its ranks' seconds in the all-reduce.
+    NotExact where the tracks of a class part."""
     spec, costs = replayed.spec, replayed.costs
     rph, hosts = spec.cluster.ranks_per_host, spec.cluster.hosts
     wave = plan.wave
@@ -1525,6 +1527,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
 
     replayed.released_ok = alike
     messages = [[] for _ in range(7)]
+    cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
     if start is None:
         t = np.empty(width)
         for i, h in enumerate(plan.hosts):
@@ -1532,8 +1535,11 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             t[track_slot[i] * rph:(track_slot[i] + 1) * rph] = times[src]
             for mine, real in zip((*replayed.nics.free, *replayed.nics.requested), state):
                 mine[h] = real[src]
-        programs = [[] for _ in range(width)]
-        begin = t + costs.overhead("all_reduce")
+        # (the overhead after the first cast; without one, in the starts)
+        overhead = costs.overhead("all_reduce")
+        programs = [[*cast, (fast_queues.WAIT, overhead)] if fp16 else []
+                    for _ in range(width)]
+        begin = t if fp16 else t + overhead
     else:
         programs, begin, _ = _compute_programs(replayed, False, messages, False,
                                                start[wave.ranks])
@@ -1541,7 +1547,8 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             program += [(fast_queues.COMPUTE, costs.backward_s * replayed.factor[k]),
                         (fast_queues.MARK,), (fast_queues.ENTER,),
                         (fast_queues.WAIT, costs.overhead("all_reduce"))]
-    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, len(messages[0]))
+    body, mine = SCHEDULES[algorithm](replayed, wave.block, average=not fp16).program(
+        nbytes / 2 if fp16 else nbytes, len(messages[0]))
     for column, more in zip(messages, mine):
         column += more
     # Each track's steps up to its last in use (those past it would only keep it paired, and
@@ -1560,7 +1567,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             if h < len(plan.exchanges):
                 programs[k] += body[k][:cut[h + 1]]
             else:
-                programs[k] += [*body[k], (fast_queues.EXIT,), (fast_queues.MARK,)]
+                programs[k] += [*body[k], *cast, (fast_queues.EXIT,), (fast_queues.MARK,)]
     _, marks = replay(replayed, messages, programs, begin, order_known=False,
                       hosts_in_order=True)
     classes = plan.ends                          # the track of each class row
