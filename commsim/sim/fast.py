@@ -1196,7 +1196,7 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
 
 @dataclass(frozen=True)
 class _SlowWave:
-    """The hosts a doubling all-reduce beside one slow link is replayed on by class
+    """The hosts a recursive doubling all-reduce beside one slow link is replayed on by class
     (``_slow_link_plan``).
 
     n:         the hosts' bits; the classes are n + 1 rows (0: the slow host h0; j + 1: the
