@@ -1183,15 +1183,31 @@ def _wave_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward, bac
         run.nics = plan.leaving(run.nics, hosts)
         return np.tile(end[first:first + rph], ranks.size // rph)
 
+    done = _by_bucket(run, plan.block, tail, algorithm, forward, backward_work, backward_end,
+                      a, allreduce)
+    if done is None:
+        return None
+    whole, synced, comm = done
+    return whole, plan.spread(synced, hosts), plan.spread(comm, hosts)
+
+
+def _by_bucket(run: Run, block: Block, tail: Block, algorithm: str, forward, backward_work,
+               backward_end, a: float, allreduce):
+    """``_sync`` over DDP's buckets on a plan's ranks (``run``'s, ``block`` among them), each
+    bucket's all-reduce by ``allreduce(launch, nbytes)``: a run of every rank holding the
+    bytes a uniform cluster's ranks send (``tail``'s, tiled), and per replayed rank when it
+    is synchronised and its time in the collectives; None where a class parts."""
+    spec, costs, ranks = run.spec, run.costs, run.ranks
     try:
-        synced, comm, _ = _sync(run, [plan.block], algorithm, True, forward[ranks],
+        synced, comm, _ = _sync(run, [block], algorithm, True, forward[ranks],
                                 backward_work[ranks], backward_end[ranks], a,
                                 allreduce=allreduce)
     except (NotExact, Replay):
         return None
     whole = Run(spec, costs, np.arange(spec.world_size))
-    _account_alike(whole, tail, algorithm, [b.bytes for b in costs.buckets], fp16)
-    return whole, plan.spread(synced, hosts), plan.spread(comm, hosts)
+    _account_alike(whole, tail, algorithm, [b.bytes for b in costs.buckets],
+                   spec.compression == "fp16")
+    return whole, synced, comm
 
 
 @dataclass(frozen=True)
@@ -1484,16 +1500,12 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
         out[track_at] = ends[rows]
         return out
 
-    run = Run(spec, costs, ranks)
-    try:
-        synced, comm, _ = _sync(run, [wave.block], algorithm, True, forward[ranks],
-                                backward_work[ranks], backward_end[ranks], a,
-                                allreduce=allreduce)
-    except (NotExact, Replay):
+    done = _by_bucket(Run(spec, costs, ranks), wave.block,
+                      Block(np.arange(2 * rph)[None], p, alike=True), algorithm, forward,
+                      backward_work, backward_end, a, allreduce)
+    if done is None:
         return None
-    whole = Run(spec, costs, np.arange(p))
-    _account_alike(whole, Block(np.arange(2 * rph)[None], p, alike=True), algorithm,
-                   [b.bytes for b in costs.buckets], fp16)
+    whole, synced, comm = done
     return whole, synced[at][cls].reshape(-1), comm[at][cls].reshape(-1)
 
 
