@@ -252,14 +252,40 @@ def test_a_slow_link_s_tracks_meet_as_their_hosts_would(hosts, rph, h0, tracks):
     lowest bit of z; else the lowest bit of z from k up), at each step between hosts a track
     in use meets one in use, in a pair of keys that a real host and its partner have there,
     and takes the key that host takes; one track per class ends as that class."""
+    plan = _slow_plan(hosts, rph, h0)
+    assert len(plan.hosts) == tracks
+    _follow_keys(plan, hosts, rph, h0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(bits=st.integers(2, 11), local=st.sampled_from([2, 4]), where=st.floats(0.0, 1.0))
+def test_any_slow_link_s_tracks_meet_as_their_hosts_would(bits, local, where):
+    """The same for any power of two of hosts and any slow host: fewer tracks than hosts
+    where there is a plan (none at four and eight hosts, where they would not be fewer)."""
+    hosts = 1 << bits
+    h0 = min(hosts - 1, int(where * hosts))
+    plan = _slow_plan(hosts, local, h0)
+    if plan is None:
+        assert hosts <= 8
+        return
+    assert len(plan.hosts) < hosts
+    _follow_keys(plan, hosts, local, h0)
+
+
+def _slow_plan(hosts, rph, h0):
     from commsim.api import run_spec
     from commsim.sim import fast
 
     sc = scenario(batch_per_rank=32, ranks_per_host=rph, algorithm="recursive_doubling",
                   slow_link=[f"{h0}:10mbit"])
-    plan = fast._slow_link_plan(run_spec(load_default(), "ring", hosts, sc),
+    return fast._slow_link_plan(run_spec(load_default(), "ring", hosts, sc),
                                 "recursive_doubling")
-    assert len(plan.hosts) == tracks and plan.hosts[0] == h0
+
+
+def _follow_keys(plan, hosts, rph, h0):
+    """Follows the tracks' keys through the plan's steps (``test_a_slow_link_s_tracks_meet_
+    as_their_hosts_would``)."""
+    assert plan.hosts[0] == h0
     n = hosts.bit_length() - 1
 
     def key(z, k):                   # (rows at the start and the end: 0 h0, j + 1 class j)
