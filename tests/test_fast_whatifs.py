@@ -155,8 +155,10 @@ def test_a_ring_per_tensor_is_replayed_a_tensor_at_a_time(monkeypatch, algorithm
     rank and NIC direction, its ranks due at one instant in the order the last left them
     (without that order, an uneven cluster's replays would each be checked in four more
     orders), and a tensor of a size seen from a state seen is not replayed again.  Where a
-    slow host's messages of one tensor still queue when the next asks for its direction
-    (Rabenseifner), every tensor is replayed at once.  The DES's times either way."""
+    slow host's messages of one tensor still queue when the next asks for its direction, or
+    a host's first rank to leave a tensor uses its NIC while the other is still in it
+    (Rabenseifner's halving starts between hosts; beside a slow straggler), every tensor is
+    replayed at once.  The DES's times either way."""
     from commsim.sim import fast, fast_queues
 
     replays, at_once = [], []
@@ -166,7 +168,8 @@ def test_a_ring_per_tensor_is_replayed_a_tensor_at_a_time(monkeypatch, algorithm
     monkeypatch.setattr(fast, "_sync_replayed", lambda *a, tensors=None: at_once.append(
         tensors) or sync_replayed(*a, tensors=tensors))
     check("ring", hosts, profile=REPEATS, algorithm=algorithm, ranks_per_host=2, **kw)
-    fell_back = algorithm == "rabenseifner" and "slow_links_Bps" in kw
+    fell_back = algorithm == "rabenseifner" and ("slow_links_Bps" in kw
+                                                 or kw.get("stragglers") == {3: 1.5})
     assert at_once == ([1, None] if fell_back else [1])
     if not fell_back:
         assert len(replays) < len(REPEATS.params)
@@ -222,7 +225,7 @@ def test_a_shift_is_exact_within_a_binade():
 
 
 @pytest.mark.parametrize("hosts, local, slow", [(16, 2, "5:400mbit"), (32, 2, "17:10mbit"),
-                                                 (16, 4, "12:1gbit"), (32, 2, "0:5gbit")])
+                                                 (64, 2, "40:1gbit"), (32, 2, "0:5gbit")])
 def test_a_slow_link_s_doubling_goes_by_class(monkeypatch, hosts, local, slow):
     """Recursive doubling over a power of two of hosts, several ranks a host, one slow link:
     after the first tensor each is replayed on the plan's tracks (the DES's times), fewer
@@ -321,17 +324,16 @@ def _follow_keys(plan, hosts, rph, h0):
     (32, BIG_FIRST, dict(ranks_per_host=2, slow_links_Bps={0: 1e8}), True),
     (128, PROFILE, dict(ranks_per_host=2, slow_links_Bps={40: 1e6}, broadcast_buffers=False),
      True),
-    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7}, compression="fp16"), True),
-    (16, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e9}, compression="fp16"), True),
+    (32, DISTINCT, dict(ranks_per_host=2, slow_links_Bps={5: 2e7}, compression="fp16"), False),
     (64, DISTINCT, dict(ranks_per_host=4, slow_links_Bps={3: 3e7}, overlap=False), False)],
-    ids=["distinct", "local-steps", "big-first", "no-broadcast", "fp16", "fp16-four-a-host",
+    ids=["distinct", "local-steps", "big-first", "no-broadcast", "fp16-declined",
          "four-a-host-parts"])
 def test_a_slow_link_s_buckets_go_by_class(monkeypatch, nodes, profile, kw, by_class):
     """DDP's buckets beside one slow link, recursive doubling over a power of two of hosts:
     each bucket is replayed on the slow-link plan's tracks from its classes' states
-    (``fast._slow_link_buckets``; with fp16 its casts around the schedule of half the bytes),
-    the DES's times; where a class's tracks part (four ranks a host at 30 Mbit/s, the toy
-    profile), every rank is replayed, the DES's times again."""
+    (``fast._slow_link_buckets``), the DES's times; where a class's tracks part (four ranks a
+    host at 30 Mbit/s), or fp16's cast would use a host's cores while its other rank is still
+    in the last bucket, every rank is replayed, the DES's times again."""
     from commsim.sim import fast
 
     taken = []

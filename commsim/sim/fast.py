@@ -813,7 +813,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                    *_relative(t, (*nics.free, *nics.requested), base))
             known = _recalled(seen, key, base)
             if known is None:
-                run.start_order, run.sequence = order, []
+                run.start_order, run.sequence, run.left = order, [], t
                 try:
                     end = _allreduce(run, blocks, algorithm, t, nbytes)
                 except NotExact:
@@ -824,7 +824,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                     i, t, order, run.nics, bytes_, comm = last
                     for total, saved in zip(counted, bytes_):
                         total[:] = saved
-                    run.start_order, run.sequence = order, None
+                    run.start_order, run.sequence, run.left = order, None, last[1]
                     end, more = _rest_replayed(run, blocks, algorithm, sizes[i:], t)
                     return run, end, comm + more
                 # (no replay, no queue: the next starts as the cluster's ranks would)
@@ -849,7 +849,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
         synced, comm, _ = _sync_replayed(fresh, blocks, algorithm, False, start)
         return fresh, synced, comm
     finally:
-        run.start_order = run.sequence = None
+        run.start_order = run.sequence = run.left = None
     return run, t, comm
 
 
@@ -905,7 +905,7 @@ def _rest_replayed(run: Run, blocks, algorithm: str, sizes, start):
     messages = [[] for _ in range(7)]
     programs = _collective_programs(run, blocks, algorithm, sizes, False, messages)
     _, marks = replay(run, messages, programs, start, order_known=run.start_order is not None
-                      or uniform_cluster(run.spec))
+                      or uniform_cluster(run.spec), left=run.left)
     marks = np.array(marks)                    # per rank: each all-reduce's launch and end
     return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1)
 
@@ -1455,13 +1455,15 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
     and its host's NIC directions), and every rank takes its class's answer.  A host's ranks
     launched at one instant resume in rank order, as the replay takes them: where backward
     launched both (its signals come in rank order), or the last bucket held both back and
-    they left it in rank order (the replay's order); otherwise it is declined."""
+    they left it in rank order (the replay's order); otherwise it is declined.  So is a
+    bucket whose first ranks use their host's NIC or cores while another is still in the last
+    (``fast_queues.simulate``'s ``left``): with fp16 every bucket that its last held back, as
+    the cast comes at once."""
     plan = _slow_link_plan(spec, algorithm)
-    if plan is None:
+    if plan is None or spec.compression == "fp16":
         return None
     c = spec.cluster
     rph, hosts, p = c.ranks_per_host, c.hosts, spec.world_size
-    fp16 = spec.compression == "fp16"
     wave = plan.wave
     ranks = wave.ranks
     width = ranks.size
@@ -1492,7 +1494,7 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
                            "the last bucket left them in rank order")
         replayed.sequence = []
         ends, last["state"], _ = _slow_link_replay(replayed, plan, algorithm, nbytes, times,
-                                                   last["state"], fp16=fp16)
+                                                   last["state"], left=last["ends"])
         order = _in_order_of(replayed.sequence, width, passes=0)[at]
         last["ends"], last["in_order"] = ends, order[:, 1:] > order[:, :-1]
         replayed.sequence = None
@@ -1510,15 +1512,15 @@ def _slow_link_buckets(spec: RunSpec, costs: CostInputs, algorithm: str, forward
 
 
 def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: float,
-                      times=None, state=None, start=None, fp16: bool = False):
+                      times=None, state=None, start=None, left=None):
     """One all-reduce on the plan's tracks (``replayed``, a run of their ranks, its NICs and
     notes set anew), each from its class's state (``times``: per class row, its ranks'
     starts; ``state``: its host's directions' free and requested instants, tx and rx), or
     with ``start`` (per rank) the iteration's first, the compute before it (alike on every
-    host).  ``fp16``: DDP's fp16_compress_hook around it (a cast, the overhead, the schedule
-    of half the bytes without the divide, a cast).  Per class row: its ranks' ends, its host's
-    directions (free tx, rx, requested tx, rx), and its ranks' seconds in the all-reduce.
-    NotExact where the tracks of a class part."""
+    host).  ``left``: per class row, when its ranks left the last all-reduce, where not at
+    ``times`` (DDP's buckets, launched by backward).
+    Per class row: its ranks' ends, its host's directions (free tx, rx, requested tx, rx), and
+    its ranks' seconds in the all-reduce.  NotExact where the tracks of a class part."""
     spec, costs = replayed.spec, replayed.costs
     rph, hosts = spec.cluster.ranks_per_host, spec.cluster.hosts
     wave = plan.wave
@@ -1539,19 +1541,17 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
 
     replayed.released_ok = alike
     messages = [[] for _ in range(7)]
-    cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
     if start is None:
-        t = np.empty(width)
+        t, gone = np.empty(width), np.empty(width)
         for i, h in enumerate(plan.hosts):
             src = plan.begins[i]                   # (the class's row)
             t[track_slot[i] * rph:(track_slot[i] + 1) * rph] = times[src]
+            gone[track_slot[i] * rph:(track_slot[i] + 1) * rph] = (times if left is None
+                                                                    else left)[src]
             for mine, real in zip((*replayed.nics.free, *replayed.nics.requested), state):
                 mine[h] = real[src]
-        # (the overhead after the first cast; without one, in the starts)
-        overhead = costs.overhead("all_reduce")
-        programs = [[*cast, (fast_queues.WAIT, overhead)] if fp16 else []
-                    for _ in range(width)]
-        begin = t if fp16 else t + overhead
+        programs = [[] for _ in range(width)]
+        begin = t + costs.overhead("all_reduce")
     else:
         programs, begin, _ = _compute_programs(replayed, False, messages, False,
                                                start[wave.ranks])
@@ -1559,8 +1559,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             program += [(fast_queues.COMPUTE, costs.backward_s * replayed.factor[k]),
                         (fast_queues.MARK,), (fast_queues.ENTER,),
                         (fast_queues.WAIT, costs.overhead("all_reduce"))]
-    body, mine = SCHEDULES[algorithm](replayed, wave.block, average=not fp16).program(
-        nbytes / 2 if fp16 else nbytes, len(messages[0]))
+    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, len(messages[0]))
     for column, more in zip(messages, mine):
         column += more
     # Each track's steps up to its last in use (those past it would only keep it paired, and
@@ -1579,9 +1578,9 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             if h < len(plan.exchanges):
                 programs[k] += body[k][:cut[h + 1]]
             else:
-                programs[k] += [*body[k], *cast, (fast_queues.EXIT,), (fast_queues.MARK,)]
+                programs[k] += [*body[k], (fast_queues.EXIT,), (fast_queues.MARK,)]
     _, marks = replay(replayed, messages, programs, begin, order_known=False,
-                      hosts_in_order=True)
+                      hosts_in_order=True, left=None if start is not None else gone)
     classes = plan.ends                          # the track of each class row
     at = [track_slot[i] * rph + r for i in classes for r in range(rph)]
     ends = np.array([marks[k][-1] for k in at]).reshape(-1, rph)

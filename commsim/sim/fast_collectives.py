@@ -182,6 +182,8 @@ class Run:
         # (``fast_queues.simulate``'s ``sequence``), or None.
         self.start_order = None
         self.sequence = None
+        # And per rank, when it left that one (``fast_queues.simulate``'s ``left``), or None.
+        self.left = None
         # Whether ranks due at one instant on alike hosts resume in rank order in the DES, as
         # a uniform cluster's do from the start; not after an uneven collective
         # (``fast._replayed_then_alike``): a replay then checks that its times do not depend
@@ -790,7 +792,8 @@ class Schedule:
             finish, _ = replay(run, messages, whole, start.ravel(), flat,
                                order_known=(self.alike or uniform_cluster(run.spec))
                                and run.order_known or run.start_order is not None,
-                               hosts_in_order=run.hosts_in_order)
+                               hosts_in_order=run.hosts_in_order,
+                               left=None if run.left is None else run.left[flat])
             T = finish[idx]
         self.account(nbytes)
         return T
@@ -888,7 +891,8 @@ class Replay(Exception):
 
 
 def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 0,
-           order_known: bool = True, hosts_in_order: bool = False, together: int = 0):
+           order_known: bool = True, hosts_in_order: bool = False, together: int = 0,
+           left=None):
     """``fast_queues.simulate`` of ``programs`` (one per process: the run's ranks, or with
     ``pairs`` two per rank), with the run's links, Gloo threads, compute rate and NICs, from
     ``start`` (for ``processes``, indices into the programs; the others start when spawned):
@@ -912,6 +916,10 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     processes = np.arange(count) if processes is None else np.asarray(processes)
     first = np.full(count, np.inf)
     first[processes] = start
+    if left is not None:                 # (``fast_queues.simulate``'s, per process)
+        out = np.full(count, np.inf)
+        out[processes] = left
+        left = out.tolist()
     rank = np.arange(count) % run.ranks.size
     hosts = (run.ranks[rank] // run.rph).tolist()
     c = run.spec.cluster
@@ -927,7 +935,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,
-                                    after_release=run.after_release)
+                                    after_release=run.after_release, left=left)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])

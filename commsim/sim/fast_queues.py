@@ -324,7 +324,7 @@ class _Direction:
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
-             after_release: bool = False):
+             after_release: bool = False, left: list | None = None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -364,6 +364,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                it over every rank: waiting behind that message, its grant comes at a release
                event this replay places first among the instant's, the DES after the
                message's end; with three ranks a host that order decided a queue).
+    left:      where given (a collective replayed apart from the one before it), per process,
+               when it left that one: a message asking for a direction of a host, or a job on
+               its CPU, before or at the instant the host's last process left it raises
+               NotExact (the DES holds that process's last events there among this
+               collective's, in an order a replay apart does not hold: ties on the host's
+               CPU timer, or on its NIC, broken otherwise).
     released:  where given, each message between hosts -> when it released its directions.
     sequence:  where given, each process appended as it passes a mark and as it ends, in the
                order the DES's events take them (the order in which processes that leave a
@@ -436,6 +442,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # there (the clock only moves on, so a host passed once stays passed).
     passed = (set(), set())
     last = 0 if after_release else 1           # (busy_before's release or request)
+    # Per host, when its last process left the earlier collective; the hosts whose CPUs have
+    # had a job after it.
+    quiet: dict = {}
+    if left is not None:
+        for h, t in zip(host, left):
+            if t < np.inf and t > quiet.get(h, -np.inf):
+                quiet[h] = t
+    calm = set()
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
@@ -449,6 +463,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 refuse("a message would ask for a NIC direction at or before the instant an "
                        "earlier collective's last one there asked for it, which the DES orders "
                        "by its event history")
+            if h in quiet:
+                settled(h, t)
             passed[d].add(h)
         direction = directions[d][h]
         free = direction.holder is None and not direction.waiting
@@ -460,6 +476,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             if direction.holder is None:       # released, its release not yet processed
                 grant(d, h, t)
             direction.waiting.append(m)
+
+    def settled(h, t):
+        """Refuses a use of host h's NIC or CPU at t before or at the instant its last process
+        left the earlier collective."""
+        if t <= quiet[h] + TOUCH_RTOL * max(1.0, abs(t)):
+            refuse("a rank would use its host's NIC or cores while another rank of the host "
+                   "is still in the earlier collective, whose last events there the DES "
+                   "orders among this one's by its event history")
 
     def grant(d, h, t):
         direction = directions[d][h]
@@ -513,6 +537,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 i += 1
                 kind = action[0]
                 if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
+                    if action[1] > 0 and quiet and host[k] not in calm:
+                        if host[k] in quiet:
+                            settled(host[k], t)
+                        calm.add(host[k])
                     if action[1] > 0 and cpus is not None:
                         reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
                     elif action[1] > 0:
