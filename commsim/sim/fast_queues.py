@@ -442,14 +442,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # there (the clock only moves on, so a host passed once stays passed).
     passed = (set(), set())
     last = 0 if after_release else 1           # (busy_before's release or request)
-    # Per host, when its last process left the earlier collective; the hosts whose CPUs have
-    # had a job after it.
+    # Per host, when its last process left the earlier collective (a host leaves once its NIC
+    # or CPU has been used after it: the clock only moves on).
     quiet: dict = {}
     if left is not None:
         for h, t in zip(host, left):
             if t < np.inf and t > quiet.get(h, -np.inf):
                 quiet[h] = t
-    calm = set()
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
@@ -480,7 +479,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     def settled(h, t):
         """Refuses a use of host h's NIC or CPU at t before or at the instant its last process
         left the earlier collective."""
-        if t <= quiet[h] + TOUCH_RTOL * max(1.0, abs(t)):
+        if t <= quiet.pop(h) + TOUCH_RTOL * max(1.0, abs(t)):
             refuse("a rank would use its host's NIC or cores while another rank of the host "
                    "is still in the earlier collective, whose last events there the DES "
                    "orders among this one's by its event history")
@@ -537,10 +536,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 i += 1
                 kind = action[0]
                 if kind == GLOO or kind == COMPUTE:   # a CPU job (no work: its event at once)
-                    if action[1] > 0 and quiet and host[k] not in calm:
-                        if host[k] in quiet:
-                            settled(host[k], t)
-                        calm.add(host[k])
+                    if quiet and action[1] > 0 and host[k] in quiet:
+                        settled(host[k], t)
                     if action[1] > 0 and cpus is not None:
                         reschedule(cpus.arrive(k, t, action[1], kind == COMPUTE), t)
                     elif action[1] > 0:
