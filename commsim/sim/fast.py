@@ -824,7 +824,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
                     i, t, order, run.nics, bytes_, comm = last
                     for total, saved in zip(counted, bytes_):
                         total[:] = saved
-                    run.start_order, run.sequence, run.left = order, None, last[1]
+                    run.start_order, run.sequence, run.left = order, None, t
                     end, more = _rest_replayed(run, blocks, algorithm, sizes[i:], t)
                     return run, end, comm + more
                 # (no replay, no queue: the next starts as the cluster's ranks would)
