@@ -148,6 +148,70 @@ def test_an_exchange_waits_for_both_messages_and_reduces():
     np.testing.assert_allclose(finish, [4.75, 4.75])
 
 
+def test_a_start_order_that_could_matter_is_noted():
+    """Ranks 0 (host 0) and 1 (host 1) send to ranks 2 and 3 (host 2) over its one receive
+    direction.  All four start at once: each message is completed by whichever side posts
+    second, so the hosts' order decides which takes the direction first (the two orders
+    differ), and the replay notes that it could matter.  With host 2's ranks starting a
+    little later, they complete both messages in their own order: every order of hosts 0
+    and 1 agrees, and the replay says so."""
+    messages = ([0, 1], [2, 3], [0.5, 0.5], [2.0, 2.0], [0, 1], [2, 2])
+    programs = [[(SEND, 0)], [(SEND, 1)], [(RECV, 0)], [(RECV, 1)]]
+    hosts = [0, 1, 2, 2]
+
+    def run(start, order):
+        ordered = []
+        finish, _ = simulate(start, order, hosts, programs, messages, 1.0, NicState(3),
+                             owners=hosts, ordered=ordered)
+        return finish, ordered[0]
+
+    together = [0.0] * 4
+    first, free = run(together, [2, 3, 0, 1])        # (per rank, its place: host 2's first)
+    second, _ = run(together, [3, 2, 0, 1])
+    assert not free and first != second
+    later = [0.0, 0.0, 0.1, 0.1]
+    first, free = run(later, [0, 1, 2, 3])
+    second, _ = run(later, [1, 0, 2, 3])
+    assert free and first == second
+    np.testing.assert_allclose(first, [2.6, 4.6, 2.6, 4.6])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_an_order_free_replay_is_the_same_in_every_order(data):
+    """One all-reduce over hosts of several ranks, the ranks starting at a few instants (so
+    many start together): where the replay finds that no two events at one instant whose
+    starts may swap touch one resource (``fast_queues._ties``), every order of the hosts (a
+    host's ranks keeping theirs) gives the same times, to the bit."""
+    from commsim.api import run_spec
+    from commsim.costs import cost_inputs
+    from commsim.sim.fast_collectives import SCHEDULES, Block, Run
+
+    hosts, local = data.draw(st.integers(2, 6)), data.draw(st.integers(1, 3))
+    algorithm = data.draw(st.sampled_from([*DOUBLING, "tree"]))
+    p = hosts * local
+    spec = run_spec(DISTINCT, "ring", hosts, scenario("ring", hosts, local, algorithm=algorithm))
+    run = Run(spec, cost_inputs(spec, DISTINCT), np.arange(p))
+    programs, messages = SCHEDULES[algorithm](run, Block(np.arange(p)[None], p)).program(
+        float(data.draw(st.sampled_from([1e3, 4e5]))))
+    start = data.draw(st.lists(st.sampled_from([0.0, 1e-3, 2e-3]), min_size=p, max_size=p))
+    owner = (np.arange(p) // local).tolist()
+
+    def replay(rank_of_host):
+        order = [rank_of_host[h] * local + k % local for k, h in enumerate(owner)]
+        ordered = []
+        finish, marks = simulate(start, order, owner, [list(x) for x in programs], messages,
+                                 run.b, NicState(hosts), compute_rate=run.a, owners=owner,
+                                 ordered=ordered)
+        return finish, ordered[0]
+
+    finish, free = replay(list(range(hosts)))
+    if free:
+        for _ in range(3):
+            shuffled = data.draw(st.permutations(range(hosts)))
+            assert replay(list(shuffled))[0] == finish
+
+
 @pytest.mark.parametrize("asks", [1.0, 5.0])
 def test_a_request_ahead_of_or_with_an_earlier_collective_s_is_declined(asks):
     """A message that asks for a direction before an earlier collective's last one there, or

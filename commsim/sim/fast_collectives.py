@@ -904,10 +904,13 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     order (``Run.start_order``, the order a replay of the last collective left them in), in
     that order.  Where it may not be
     (``order_known`` false: a broadcast before, whose ranks leave in the order they got the
-    buffers), the times must not depend on it: the processes starting at one instant are
-    replayed in reverse order and in ``_ORDERS`` random orders too, and the run declined if
-    any end or mark differs; with ``hosts_in_order`` (a host's ranks are known to start in
-    rank order among themselves) only the hosts' places are reversed and shuffled.
+    buffers), the times must not depend on it.  The replay notes whether they could
+    (``fast_queues._ties``: two events at one instant that descend from processes that may
+    swap touch one resource); where they cannot, every order gives its answer.  Where they
+    could, the processes starting at one instant are replayed in reverse order and in
+    ``_ORDERS`` random orders too, and the run declined if any end or mark differs; with
+    ``hosts_in_order`` (a host's ranks are known to start in rank order among themselves)
+    only the hosts' places are reversed and shuffled.
     """
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
@@ -925,7 +928,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     c = run.spec.cluster
     pool = c.shared_cpu_cores is not None
 
-    def simulate(order, nics, released=None, sequence=None):
+    def simulate(order, nics, released=None, sequence=None, ordered=None):
         cpus = None
         if run.sharing:
             cpus = fast_queues.SharedCpus(
@@ -935,7 +938,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,
-                                    after_release=run.after_release, left=left)
+                                    after_release=run.after_release, left=left,
+                                    owners=owners, ordered=ordered)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
@@ -946,10 +950,13 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     before = run.nics.copy()
     ranks = run.ranks[rank]
     order = ranks if run.start_order is None else run.start_order[rank]
-    finish, marks = simulate(order.tolist(), run.nics, run.released, run.sequence)
+    # (where the order is not known, the replay notes whether it could matter)
+    owners = None if order_known else hosts if hosts_in_order else list(range(count))
+    ordered = None if order_known else []
+    finish, marks = simulate(order.tolist(), run.nics, run.released, run.sequence, ordered)
     if run.released_ok is not None and not run.released_ok(run.released):
         raise NotExact("the classes of a replay by class part")
-    if not order_known:
+    if not order_known and not ordered[0]:
         after = run.nics
         rng = np.random.default_rng(0)
         times = np.concatenate([finish, *marks])

@@ -321,10 +321,36 @@ class _Direction:
         self.waiting = deque()
 
 
+def _ties(start, owners) -> list:
+    """Per process, where ``simulate``'s answer could depend on ``order`` through it: its
+    start instant and its owner where a process of another owner starts at that instant too,
+    else None.
+
+    ``order`` only sorts the processes that start at one instant, and simulate's events at
+    one instant run in the order they were scheduled.  Every event is scheduled by one event
+    before it (or by the start): so it has one root, the start it descends from.  Two events
+    at one instant keep their order in every start order unless their roots are two processes
+    that start at one instant and may swap (other owners): going up from both, their
+    schedulers' instants differ (the earlier scheduled first), or they meet (one event's
+    program order), or they reach two roots whose order is fixed.  Events that touch nothing
+    another touches at their instant commute.  So where no two events at one instant whose
+    roots may swap touch one resource (a NIC direction, a CPU, a process, a message's posts,
+    the sequence or the latch), every order gives the same events, each at the same instant,
+    and the same answer: the replays in other orders (``fast_collectives.replay``'s check)
+    can only agree."""
+    owners_at: dict = {}
+    for t, owner in zip(start, owners):
+        if t < np.inf:
+            owners_at.setdefault(t, set()).add(owner)
+    return [(t, owner) if t < np.inf and len(owners_at[t]) > 1 else None
+            for t, owner in zip(start, owners)]
+
+
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
-             after_release: bool = False, left: list | None = None):
+             after_release: bool = False, left: list | None = None,
+             owners: list | None = None, ordered: list | None = None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -374,6 +400,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     sequence:  where given, each process appended as it passes a mark and as it ends, in the
                order the DES's events take them (the order in which processes that leave a
                collective at one instant go on to the next).
+    owners, ordered: where given, per process its owner (processes of one owner keep their
+               order among those starting at one instant: its host, or itself), and a list to
+               which the replay appends whether its answer is the same in every order of the
+               owners that ``order`` could give (``_ties``).
 
     Steps: every process resumes at its start (in ``order`` for ties) and runs its program
     until it waits: a reduction or compute is a job on its host's CPU, whose one timer (for
@@ -419,12 +449,31 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     at = {}
     heappush = heapq.heappush
 
+    # Each event carries its root: the process whose start it descends from (-1: none), as
+    # ``_order_free`` follows them.
+    root = -1
+    checking = ordered is not None
+    tie = _ties(start, owners) if checking else None
+    touched: dict = {}                         # resource -> (instant, {start: owner})
+    clash = []
+
+    def touch(resource, t):
+        """Notes that the event now running touches ``resource`` at t (``_ties``)."""
+        mine = tie[root] if root >= 0 else None
+        if mine is None:
+            return
+        seen = touched.get(resource)
+        if seen is None or seen[0] != t:
+            touched[resource] = (t, {mine[0]: mine[1]})
+        elif seen[1].setdefault(mine[0], mine[1]) != mine[1]:
+            clash.append(resource)
+
     def push(t, kind, what):
         bucket = at.get(t)
         if bucket is None:
             at[t] = bucket = []
             heappush(instants, t)
-        bucket.append((kind, what))
+        bucket.append((kind, what, root))
 
     # What earlier collectives left on the directions (read only until the end).
     hosts = np.unique(host)                    # the hosts of these ranks: their NICs
@@ -455,6 +504,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         raise NotExact(reason)
 
     def request(d, h, m, t):
+        if checking:
+            touch((d, h), t)
         if h not in passed[d]:
             # (at the instant of an earlier collective's last request here, the DES orders
             # the two by its event history, which a collective replayed alone does not hold)
@@ -470,7 +521,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         requested[d][h] = t
         if free:
             direction.holder = m
-            at[t].append((_TX_GRANTED if d == 0 else _RX_GRANTED, m))     # (t is now)
+            at[t].append((_TX_GRANTED if d == 0 else _RX_GRANTED, m, root))     # (t is now)
         else:
             if direction.holder is None:       # released, its release not yet processed
                 grant(d, h, t)
@@ -485,6 +536,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                    "orders among this one's by its event history")
 
     def grant(d, h, t):
+        if checking:
+            touch((d, h), t)
         direction = directions[d][h]
         if direction.holder is None and direction.waiting:
             m = direction.waiting.popleft()
@@ -492,6 +545,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
 
     def post(m, t):
+        if checking:
+            touch(m, t)
         posted[m] += 1
         if posted[m] < 2:
             return
@@ -502,6 +557,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def advance(h, t):
         """``ProcessorSharingCPU._advance``: host h's jobs' work taken off to t."""
+        if checking:
+            touch(("cpu", h), t)
         running = jobs.get(h)
         if running and t > advanced[h]:
             elapsed = t - advanced[h]
@@ -516,6 +573,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         return min(job[0] / job[1] for job in running)
 
     def reschedule(h, t):
+        if checking:
+            touch(("cpu", h), t)
         version = timer[h] = timer.get(h, 0) + 1
         if cpus is not None:
             end = cpus.next_end(h, t)
@@ -528,6 +587,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def run_rank(k, t):
         """Process k's actions from t until one waits."""
+        if checking:
+            touch(("process", k), t)
         program = programs[k]
         i, last = pc[k], len(program)
         try:
@@ -585,11 +646,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 elif kind == MARK:
                     marks[k].append(t)
                     if sequence is not None:
+                        if checking:
+                            touch("sequence", t)
                         sequence.append(k)
                 elif kind == GHOST:
                     for m in action[1]:
                         post(m, t)
                 elif kind == TOGETHER:
+                    if checking:
+                        touch("latch", t)
                     latch.append(k)
                     if len(latch) == together:
                         push(t, _LATCHED, None)
@@ -612,12 +677,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             pc[k] = i      # (where it waits, or its end)
         finish[k] = t
         if sequence is not None:
+            if checking:
+                touch("sequence", t)
             sequence.append(k)
         if k < pairs:
             push(t, _ENDED, k)                     # the process's own event
 
     for k in sorted(range(n), key=lambda k: (start[k], order[k])):
         if start[k] < np.inf:
+            root = k
             push(start[k], _RESUME, k)
     heappop = heapq.heappop
     tx_directions, rx_directions = directions
@@ -626,7 +694,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         t = heappop(instants)
         # The commonest events first: a send's or receive's, a resume, a CPU's timer.
         bucket = at[t]
-        for kind, what in bucket:         # events scheduled now join the end: run them too
+        for kind, what, root in bucket:    # events scheduled now join the end: run them too
             if kind == _DONE:
                 # A message's send event, then its receive event, as the DES processes them
                 # (one after the other: the delivery scheduled both at once), with nothing
@@ -635,10 +703,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     k = waiting_on[side]
                     if k is None:                      # a ghost's side
                         continue
+                    if checking:
+                        touch(("process", k), t)
                     pending[k] -= 1
                     if pending[k] == 0:
                         if all_of[k]:
-                            bucket.append((_RESUME, k))    # all_of's own event first
+                            bucket.append((_RESUME, k, root))    # all_of's own event first
                         else:
                             run_rank(k, t)
                     while spawned:
@@ -647,11 +717,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 run_rank(what, t)
             elif kind == _TIMER:                       # the CPU's timer: its due jobs' events
                 h, version = what
+                if checking:
+                    touch(("cpu", h), t)
                 if version != timer[h]:
                     continue
                 if cpus is not None:
                     for k in cpus.finish_due(h, t):
-                        bucket.append((_RESUME, k))
+                        bucket.append((_RESUME, k, root))
                     reschedule(h, t)
                     continue
                 # ``ProcessorSharingCPU._on_timer``: the jobs done resume in their order
@@ -659,12 +731,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 advance(h, t)
                 running = jobs[h]
                 if len(running) == 1:              # (done, by residue or as the closest)
-                    bucket.append((_RESUME, running.pop()[2]))
+                    bucket.append((_RESUME, running.pop()[2], root))
                     timer[h] = version + 1
                     continue
                 for job in finished_jobs(running):
                     running.remove(job)
-                    bucket.append((_RESUME, job[2]))
+                    bucket.append((_RESUME, job[2], root))
                 reschedule(h, t)
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
                 request(1, rx_host[what], what, t)
@@ -675,28 +747,34 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     if later is None:
                         at[end] = later = []
                         heappush(instants, end)
-                    later.append((_END, what))
+                    later.append((_END, what, root))
                 else:
+                    if checking:                       # (the caps at both ends' loads)
+                        touch(("cpu", cpus.cpu[src[what]]), t)
+                        touch(("cpu", cpus.cpu[dst[what]]), t)
                     push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
                          _END, what)
             elif kind == _DELIVERED:                   # the send's event, then the receive's
-                bucket.append((_DONE, what))
+                bucket.append((_DONE, what, root))
             elif kind == _END:                         # release receive, then transmit
                 # A release's event grants the direction's first waiter; with none waiting
                 # now it has nothing to do (a request before it finds the direction free and
                 # takes it at once), so it is not scheduled.
                 h = rx_host[what]
+                if checking:
+                    touch((1, h), t)
+                    touch((0, tx_host[what]), t)
                 direction = rx_directions[h]
                 direction.holder = None
                 rx_freed[h] = t
                 if direction.waiting:
-                    bucket.append((_RX_RELEASED, h))
+                    bucket.append((_RX_RELEASED, h, root))
                 h = tx_host[what]
                 direction = tx_directions[h]
                 direction.holder = None
                 tx_freed[h] = t
                 if direction.waiting:
-                    bucket.append((_TX_RELEASED, h))
+                    bucket.append((_TX_RELEASED, h, root))
                 if released is not None:
                     released[what] = t
                 end = t + lat[what]
@@ -704,9 +782,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 if later is None:
                     at[end] = later = []
                     heappush(instants, end)
-                later.append((_DELIVERED, what))
+                later.append((_DELIVERED, what, root))
             elif kind == _TX_RELEASED or kind == _RX_RELEASED:
                 d = 0 if kind == _TX_RELEASED else 1
+                if checking:
+                    touch((d, what), t)
                 direction = directions[d][what]
                 if direction.holder == -1:             # an earlier collective's message
                     direction.holder = None
@@ -718,6 +798,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             else:                                      # a signal, or a process's end
                 key = what if kind == _SIGNALLED else (what, None)
                 k = what[0] if kind == _SIGNALLED else what + pairs
+                if checking:
+                    touch(("process", k), t)
                 fired.add(key)
                 if waits.get(k) == key:
                     del waits[k]
@@ -725,6 +807,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             while spawned:
                 run_rank(spawned.pop(0), t)
         del at[t]
+    if checking:
+        ordered.append(not clash)
     for d in (0, 1):
         for mine, theirs in ((newest_free[d], nics.free[d]), (requested[d], nics.requested[d])):
             if mine:
