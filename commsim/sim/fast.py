@@ -1672,7 +1672,9 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).
     ``tensors``: only the first so many tensors' all-reduces (no buckets), synchronised after
     them, and no optimizer step (in the DES the next tensor follows, not a job on the host's
-    CPU beside its other ranks' last reductions)."""
+    CPU beside its other ranks' last reductions).  The ranks due at one instant start in rank
+    order unless the run says it is not theirs (``Run.order_known``, ``hosts_in_order``: its
+    hosts stand for others)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
@@ -1693,7 +1695,8 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
             program.append((fast_queues.COMPUTE, costs.optimizer_s * run.factor[k]))
     together = n if spec.broadcast_buffers and buckets else 0
     if not buckets:
-        ends, marks = replay(run, messages, computes, begin, order_known=known and run.order_known,
+        ends, marks = replay(run, messages, computes, begin,
+                             order_known=known and run.order_known,
                              hosts_in_order=run.hosts_in_order, together=together)
         marks = np.array(marks)[:, :-1]          # per tensor: launched, done
         return marks[:, -1], (marks[:, 1::2] - marks[:, 0::2]).sum(axis=1), ends

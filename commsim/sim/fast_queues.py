@@ -450,7 +450,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     heappush = heapq.heappush
 
     # Each event carries its root: the process whose start it descends from (-1: none), as
-    # ``_order_free`` follows them.
+    # ``_ties`` follows them.
     root = -1
     checking = ordered is not None
     tie = _ties(start, owners) if checking else None
