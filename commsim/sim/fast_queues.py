@@ -459,6 +459,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
     def touch(resource, t):
         """Notes that the event now running touches ``resource`` at t (``_ties``)."""
+        nonlocal checking
         mine = tie[root] if root >= 0 else None
         if mine is None:
             return
@@ -467,6 +468,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             touched[resource] = (t, {mine[0]: mine[1]})
         elif seen[1].setdefault(mine[0], mine[1]) != mine[1]:
             clash.append(resource)
+            checking = False                   # (once is enough)
 
     def push(t, kind, what):
         bucket = at.get(t)
@@ -807,7 +809,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             while spawned:
                 run_rank(spawned.pop(0), t)
         del at[t]
-    if checking:
+    if ordered is not None:
         ordered.append(not clash)
     for d in (0, 1):
         for mine, theirs in ((newest_free[d], nics.free[d]), (requested[d], nics.requested[d])):
