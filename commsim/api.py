@@ -106,6 +106,8 @@ def _quantity(value, parse) -> float:
 def _pairs(values, what: str, parse_value) -> dict[int, float]:
     if isinstance(values, Mapping):
         return {int(k): parse_value(v) for k, v in values.items()}
+    if isinstance(values, str):    # one "INDEX:VALUE", not a sequence of its characters
+        values = [values]
     out: dict[int, float] = {}
     for text in values or ():
         key, sep, value = str(text).partition(":")

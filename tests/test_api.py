@@ -26,6 +26,15 @@ def test_predict_equals_the_cli(capsys):
     assert api == cli
 
 
+def test_pairs_by_mapping_list_or_one_string():
+    by_map = commsim.predict("ring", 8, straggler={3: 1.5}, slow_link={1: "100mbit"})
+    for straggler, slow in ((["3:1.5"], ["1:100mbit"]), ("3:1.5", "1:100mbit")):
+        assert commsim.predict("ring", 8, straggler=straggler,
+                               slow_link=slow).iteration_s == by_map.iteration_s
+    with pytest.raises(UserError, match="INDEX:VALUE"):
+        commsim.predict("ring", 8, straggler="3")
+
+
 def test_numbers_are_si_and_text_has_units():
     by_text = commsim.predict("ring", 4, bandwidth="10gbit", latency="50us")
     by_number = commsim.predict("ring", 4, bandwidth=1.25e9, latency=5e-5)
