@@ -784,7 +784,7 @@ def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
     binade (``_binade``), and a state seen before with a tensor of a size seen before gives
     the earlier answer shifted: between tensors the ranks stand at a few instants, and
     VGG-11's layers end in three small tensors of one size, the third starting from the
-    state the second did (1,000 ranks, two a host, recursive doubling: 11 of the 33 after
+    state the second did (1,000 ranks, two a host, recursive doubling: 8 of the 33 after
     the first answered so).  Where a replay is NotExact the tensors from the last one on are
     replayed at once (``_rest_replayed``), every tensor from the start where it is the
     first."""
