@@ -116,3 +116,20 @@ def test_the_cli_loads_numpy_on_one_blas_thread_and_leaves_the_environment(prese
     if out[0] == "[]":
         pytest.skip("numpy here is not built on OpenBLAS")
     assert out == [threads, left]
+
+
+def test_every_command_has_a_one_paragraph_help():
+    """``commsim --help`` lists each command by its help: a docstring's hard line breaks would
+    show there as breaks in mid-sentence (calibrate's did)."""
+    import typer
+
+    from commsim.cli import app
+
+    def commands(group):
+        for name, cmd in group.commands.items():
+            yield name, cmd
+            if hasattr(cmd, "commands"):
+                yield from commands(cmd)
+
+    for name, cmd in commands(typer.main.get_command(app)):
+        assert cmd.help and "\n" not in cmd.help, (name, cmd.help)

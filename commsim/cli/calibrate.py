@@ -27,7 +27,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("calibrate")
+    @app.command("calibrate", help="Measure compute and Gloo collectives on N ranks, fit the "
+                 "cost model, write a profile (schema v1).  Under torchrun it joins the job "
+                 "instead of spawning ranks.")
     def calibrate(
         nodes: int = typer.Option(2, "--nodes", min=2, max=250, help="Ranks to run (local processes, "
                                   "or emulated nodes with --emulate)."),
@@ -76,8 +78,7 @@ def register(app: typer.Typer) -> None:
         latency: Optional[str] = typer.Option(None, "--latency",
                                               help="With --from-trace: the link latency."),
     ) -> None:
-        """Measure compute and Gloo collectives on N ranks, fit the cost model, write a
-        profile (schema v1).  Under torchrun it joins the job instead of spawning ranks."""
+        """``commsim calibrate`` (its help is the command's, above: one paragraph)."""
         if from_trace:
             return _from_trace(from_trace, out=out, force=force, network=network,
                                bandwidth=bandwidth, latency=latency)
