@@ -1,7 +1,7 @@
 """How ``predict``, ``sweep`` and ``tune`` scale with ranks: every option and pair of options.
 
 Usage:  python bench/scale.py [--profile FILE] [--ranks 1024,65536] [--no-pairs] [--no-fresh]
-                              [--no-commands] [--timeout S] [--combos]
+                              [--no-commands] [--timeout S] [--combos] [--against-des S]
 
 ``--combos`` looks for the slow corners the default run leaves out: node counts that are not
 a power of two (1,000 ranks beside 1,024) and triples of options (a straggler or a slow link,
@@ -27,7 +27,12 @@ Steps:
    ``commsim tune --nodes 65536 --batch-per-rank 32``, fresh processes;
 5. the targets beside every row (``ok`` / ``MISSED``): predict at 1,024 ranks < 0.5 s and at
    65,536 < 2 s (a fresh process, start-up included; the in-process time is held to the same),
-   peak RSS < 1 GiB; each sweep command < 10 s; tune < 30 s.  A summary names what missed.
+   peak RSS < 1 GiB; each sweep command < 10 s; tune < 30 s.  A summary names what missed;
+6. with ``--against-des S``, every row whose prediction took ``REPLAYED_S`` or more (an event
+   replay, where the fast engine's exactness rests on mirroring the DES's event order) again
+   with both engines in a forked child: the largest relative difference of any rank's figures
+   (finish, compute, communication, bytes sent and received; each against max(1, the DES's)),
+   held to ``DES_TOLERANCE`` as the tests hold smaller runs, and the DES's time (at most S).
 The targets are wall times; CPU time (user + system) is printed and judged beside them, as on
 a machine shared with other work the wall time also counts the waits for a core.
 """
@@ -59,6 +64,8 @@ SWEEP_TARGET_S = 10.0
 TUNE_TARGET_S = 30.0
 STRATEGIES = ("ddp", "ring", "ps", "dp")
 FRESH_RUNS = 3                          # fresh predict processes per option: the median shown
+REPLAYED_S = 0.04                       # a prediction at least this long replays events
+DES_TOLERANCE = 1e-9                    # fast == DES, relative, as tests/test_fast_*.py hold it
 
 # Every option of ``predict`` that changes what is simulated, as ``commsim.api.scenario`` (and,
 # with dashes, the CLI) names it, with the strategies it applies to.
@@ -186,19 +193,46 @@ def declined(prof: Profile, strategy: str, ranks: int, options: dict) -> str | N
 
 def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int) -> dict:
     """One prediction (fast engine) in a forked child: wall time, engine, peak RSS."""
+    def predict() -> dict:
+        sc = api.scenario(batch_per_rank=BATCH, **options)
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine="fast")
+        return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                "engine": r.engine, "iteration_s": r.iteration_s}
+    return forked(predict, timeout)
+
+
+def against_des(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int) -> dict:
+    """Both engines on one case in a forked child: the largest relative difference of any
+    rank's figures (each against max(1, the DES's)) and the DES's wall time."""
+    def compare() -> dict:
+        sc = api.scenario(batch_per_rank=BATCH, **options)
+        nodes = nodes_for(ranks, options)
+        fast = api.predict(prof, strategy, nodes, sc, engine="fast").per_rank
+        t0 = time.perf_counter()
+        des = api.predict(prof, strategy, nodes, sc, engine="des").per_rank
+        des_s = time.perf_counter() - t0
+        worst = max((abs(f[key] - d[key]) / max(1.0, abs(d[key]))
+                     for f, d in zip(fast, des, strict=True) for key in d if key != "rank"),
+                    default=0.0)
+        return {"diff": worst, "des_s": des_s}
+    return forked(compare, timeout)
+
+
+def forked(work, timeout: int) -> dict:
+    """``work()`` (a dict) in a child forked from this process, stopped after ``timeout``
+    seconds; with the child's peak RSS.  A UserError is the fast engine declining."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:                                       # the child
         os.close(read)
         signal.alarm(timeout)
         try:
-            sc = api.scenario(batch_per_rank=BATCH, **options)
-            t0, c0 = time.perf_counter(), time.process_time()
-            r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine="fast")
-            out = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-                   "engine": r.engine, "iteration_s": r.iteration_s}
+            out = work()
         except UserError as e:
             out = {"declined": str(e)}
+        except Exception as e:         # (reported: the child must not go on with the bench)
+            out = {"failed": f"{type(e).__name__}: {e}"}
         with os.fdopen(write, "w") as f:
             json.dump(out, f)
         os._exit(0)
@@ -288,6 +322,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per prediction or command")
     ap.add_argument("--combos", action="store_true",
                     help="1,000 and 1,024 ranks (unless --ranks), triples, in-process only")
+    ap.add_argument("--against-des", type=int, metavar="S",
+                    help=f"rows of {REPLAYED_S} s or more also against the DES (S s at most)")
     args = ap.parse_args(argv)
     prof = bench_profile(args.profile)
     if args.combos:
@@ -305,6 +341,7 @@ def main(argv=None) -> int:
     print(f"{'option':40} {'strategy':8} {'ranks':>6} {'engine':6} {'wall s':>7} {'cpu s':>6} "
           f"{'MiB':>5} | {'fresh':>6} {'cpu s':>6} {'MiB':>5}  target (fresh process where run)")
     missed, declines = [], []
+    checked, off = [], []                  # (--against-des) each row's difference; those over
     for label, strategy, options in cases(not args.no_pairs, args.combos):
         single = "+" not in label
         for ranks in rank_counts:
@@ -337,6 +374,15 @@ def main(argv=None) -> int:
             shown = verdict(run or got, limit)
             if "MISSED" in shown:
                 missed.append(f"{label} ({strategy}, {ranks}): {shown}")
+            if args.against_des and got["wall_s"] >= REPLAYED_S:
+                des = against_des(prof, strategy, ranks, options, args.against_des)
+                if "diff" in des:
+                    checked.append(des["diff"])
+                    shown += f"; DES {des['des_s']:.0f} s, off by {des['diff']:.1e}"
+                    if not des["diff"] < DES_TOLERANCE:
+                        off.append(f"{label} ({strategy}, {ranks}): {des['diff']:.2e}")
+                else:
+                    shown += f"; DES {des.get('failed') or des.get('declined')}"
             print(f"{label:40} {strategy:8} {ranks:>6} {got['engine']:6} {got['wall_s']:7.3f} "
                   f"{got['cpu_s']:6.3f} {got['rss_B'] / 2**20:5.0f} | "
                   + (f"{run['wall_s']:6.3f} {run['cpu_s']:6.3f} {run['rss_B'] / 2**20:5.0f}"
@@ -383,8 +429,12 @@ def main(argv=None) -> int:
           f"{len(declines)}")
     for line in declines:
         print(f"  {line}")
+    if args.against_des:
+        print(f"against the DES: {len(checked)} rows, the largest difference "
+              f"{max(checked, default=0.0):.1e}; over {DES_TOLERANCE:g}: {len(off)}"
+              + "".join(f"\n  {m}" for m in off))
     print(f"MISSED: {len(missed)}" + "".join(f"\n  {m}" for m in missed))
-    return 1 if missed else 0
+    return 1 if missed or off else 0
 
 
 if __name__ == "__main__":
