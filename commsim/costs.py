@@ -184,7 +184,8 @@ def job_rate(cores: float, busy: float, efficiency: tuple = (), speed: float = 1
     ``busy``, times ``speed`` (the calibrated compute speed while a rank there communicates,
     ``CostInputs.compute_speed``; 1 otherwise)."""
     share = 1.0 if busy <= cores else cores / busy
-    return share * clamped_piecewise(efficiency, busy) * speed
+    # (no curve: 1, without the call; the fast engine asks this a few hundred thousand times)
+    return share * (clamped_piecewise(efficiency, busy) if efficiency else 1.0) * speed
 
 
 def clamped_piecewise(points: tuple, x: float) -> float:

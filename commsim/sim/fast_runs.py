@@ -187,6 +187,13 @@ def _posting(run: _Run) -> tuple:
     return run.n != 1, run.lo
 
 
+def _taken(item: tuple) -> tuple:
+    """A batch's (run, process) in the order the loop takes them: by ``_posting``, then
+    process (one flat key: batches hold every rank's process where the ranks part)."""
+    run = item[0]
+    return run.n != 1, run.lo, item[1]
+
+
 class _Ring:
     """The event loop over runs."""
 
@@ -348,7 +355,12 @@ class _Ring:
         """Process ``k`` of ``run`` starts a compute job of ``work`` times each rank's speed:
         ranks of different speeds part here, into arcs of one speed each."""
         if run.n == 1:                         # (the commonest where runs part: no arrays)
-            factor, cuts = (self.speeds[run.lo],), [0, 1]
+            work *= self.speeds[run.lo]
+            if work > 0:
+                self._job(run, k, work, threads, True)
+            else:
+                self.ready.append((run, k))
+            return
         else:
             factor = np.concatenate([self.factor[span] for span in self._spans(run)])
             cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
@@ -382,7 +394,10 @@ class _Ring:
             self.computing += run.n * threads
         run.procs[k][2] = ("job", group)
         if reschedule:
-            self._reschedule()
+            if self.deferred is not None:      # (``_reschedule`` within a batch: once after it)
+                self.deferred = True
+            else:
+                self._reschedule()
 
     def _cpu_event(self) -> None:
         """The pool's jobs advanced to now at the speed they had
@@ -418,15 +433,21 @@ class _Ring:
             self.busy -= group.weight
             if group.compute:
                 self.computing -= group.weight
+            took = self.now - group.start
+            alone = []                         # one-rank runs' ranks: added at once below
+            ready = self.ready
             for run, k in group.members:
-                if run.alive and run.procs[k][2] is not None and run.procs[k][2][1] is group:
+                proc = run.procs[k]
+                if run.alive and proc[2] is not None and proc[2][1] is group:
                     if group.compute and run.n == 1:
-                        self.compute_s[run.lo] += self.now - group.start
+                        alone.append(run.lo)
                     elif group.compute:
                         for span in self._spans(run):
-                            self.compute_s[span] += self.now - group.start
-                    run.procs[k][2] = None
-                    self.ready.append((run, k))
+                            self.compute_s[span] += took
+                    proc[2] = None
+                    ready.append((run, k))
+            if alone:                          # (a rank is in one run of a group: once each)
+                self.compute_s[alone] += took
             # The runs it held that have since joined others hold it (their processes'
             # states): the cycle freed now, not at the collector's next pass (``fast.run_fast``).
             group.members.clear()
@@ -856,7 +877,7 @@ class _Ring:
             if loops(batch):
                 self.ready += batch
                 return
-            batch.sort(key=lambda item: (_posting(item[0]), item[1]))
+            batch.sort(key=_taken)
             started = False
             for run, j in batch:
                 if not (run.alive and run.procs[j][2] is None):
@@ -1295,7 +1316,7 @@ class _Ring:
                 batch, self.ready = self.ready, []
                 self._jump(batch)
                 if len(batch) > 1:
-                    batch.sort(key=lambda item: (_posting(item[0]), item[1]))
+                    batch.sort(key=_taken)
                 self.deferred = False
                 for run, k in batch:
                     if run.alive and run.procs[k][2] is None:
