@@ -480,9 +480,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # What earlier collectives left on the directions (read only until the end).
     hosts = np.unique(host)                    # the hosts of these ranks: their NICs
     busy_before = list(zip(nics.free, nics.requested))
+    # (a direction freed at or before the first start is free: its release would come first
+    # among that instant's events, before any request, with nothing to grant)
+    first_start = min(start)
     for d in (0, 1):
         free = busy_before[d][0]
-        for h in hosts[free[hosts] > -np.inf].tolist():
+        for h in hosts[free[hosts] > first_start].tolist():
             directions[d][h].holder = -1
             push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
     # Per direction, host -> its latest request and when it was last freed (the clock only
