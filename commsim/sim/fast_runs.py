@@ -361,9 +361,8 @@ class _Ring:
             else:
                 self.ready.append((run, k))
             return
-        else:
-            factor = np.concatenate([self.factor[span] for span in self._spans(run)])
-            cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
+        factor = np.concatenate([self.factor[span] for span in self._spans(run)])
+        cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
         if len(cuts) > 2:
             self._drop(run)
             pieces = [run.copy((run.lo + a) % self.p, b - a) for a, b in zip(cuts, cuts[1:])]
