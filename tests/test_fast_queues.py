@@ -158,6 +158,21 @@ def test_an_exchange_waits_for_both_messages_and_reduces():
     np.testing.assert_allclose(finish, [4.75, 4.75])
 
 
+def test_a_direction_freed_before_the_first_start_is_free_and_after_it_is_waited_for():
+    """Host 1's receive direction, busy from an earlier collective until 0.5: a message
+    posted just before that waits for it, one posted at 0.5 or later finds it free (a
+    release at or before the first start would come first among that instant's events,
+    with nothing to grant, so ``simulate`` does not schedule it).  Delivered at the later of
+    the post and 0.5, plus 1 s on the wire and 0.5 s of latency."""
+    messages = ([0], [1], [0.5], [1.0], [0], [1])
+    programs = [[(SEND, 0)], [(RECV, 0)]]
+    for begin in (0.25, 0.4999, 0.5, 0.75):
+        nics = NicState(2)
+        nics.free[1][1] = 0.5
+        finish, _ = simulate([begin, begin], [0, 1], [0, 1], programs, messages, 1.0, nics)
+        assert finish == [max(begin, 0.5) + 1.5] * 2, (begin, finish)
+
+
 def test_a_start_order_that_could_matter_is_noted():
     """Ranks 0 (host 0) and 1 (host 1) send to ranks 2 and 3 (host 2) over its one receive
     direction.  All four start at once: each message is completed by whichever side posts
