@@ -26,7 +26,8 @@ class Scenario(Workload):
     the cluster what-ifs:
 
     bandwidth_Bps / latency_s: what-if link (None = the profile's fitted link).
-    ranks_per_host, cores_per_host, shared_cpu_cores: host layout (None = like calibrated).
+    ranks_per_host, cores_per_host, shared_cpu_cores, threads_per_rank: host layout (None =
+                         like calibrated).
     slow_links_Bps:      host -> NIC bandwidth.
     cpu_efficiency:      (busy threads, efficiency) points of a shared CPU (see ClusterSpec).
     """
@@ -37,6 +38,7 @@ class Scenario(Workload):
     shared_cpu_cores: float | None = None
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
     cpu_efficiency: tuple = ()
+    threads_per_rank: int | None = None
 
 
 def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) -> RunSpec:
@@ -46,7 +48,8 @@ def run_spec(profile: Profile, strategy: str, nodes: int, scenario: Scenario) ->
                               cores_per_host=scenario.cores_per_host,
                               shared_cpu_cores=scenario.shared_cpu_cores,
                               slow_links_Bps=scenario.slow_links_Bps,
-                              cpu_efficiency=scenario.cpu_efficiency)
+                              cpu_efficiency=scenario.cpu_efficiency,
+                              threads_per_rank=scenario.threads_per_rank)
     workload = scenario.workload()
     if scenario.batch_per_rank:  # weak scaling wins over the default global batch
         workload["global_batch"] = None
@@ -60,7 +63,8 @@ def scenario(*, global_batch: int | None = None, batch_per_rank: int | None = No
              shared_cpu_cores: float | None = None, straggler=None, slow_link=None,
              no_overlap: bool = False, algorithm: str | None = None, sync_every: int = 1,
              group_size: int | None = None, compress: str | None = None,
-             no_buffer_broadcast: bool = False, compute_scale: float = 1.0) -> Scenario:
+             no_buffer_broadcast: bool = False, compute_scale: float = 1.0,
+             threads_per_rank: int | None = None) -> Scenario:
     """A ``Scenario`` from the options as a user gives them, by their CLI names: rates and
     times as text with units (``"10gbit"``, ``"50us"``) or numbers in bytes/s and seconds;
     ``straggler`` and ``slow_link`` as ``{rank: factor}`` / ``{host: rate}`` or the CLI's
@@ -84,7 +88,8 @@ def scenario(*, global_batch: int | None = None, batch_per_rank: int | None = No
         slow_links_Bps=_pairs(slow_link, "slow-link", lambda v: _quantity(v, parse_rate_Bps)),
         overlap=not no_overlap, algorithm=algorithm, sync_every=sync_every,
         group_size=group_size, compression=compress,
-        broadcast_buffers=not no_buffer_broadcast, compute_scale=compute_scale)
+        broadcast_buffers=not no_buffer_broadcast, compute_scale=compute_scale,
+        threads_per_rank=threads_per_rank)
 
 
 def parse_latency_s(text: str) -> float:

@@ -87,6 +87,12 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
     batch = spec.per_rank_batch
     comp = profile.compute
     gamma = profile.collective("all_reduce").reduction_s_per_B
+    # Ranks running another count of compute threads than calibrated (an emulated cluster of
+    # more nodes on the same cores gives each fewer) keep the compute's thread-seconds: alone,
+    # t threads take calibrated / t times as long (VGG-11 from 8 to 4 threads on 16 cores:
+    # 1.8-2.0 times), and the pool then shares t threads a rank.
+    threads = c.threads_per_rank or comp.threads_per_rank
+    scale = spec.compute_scale * comp.threads_per_rank / threads
     overheads = {name: fit.overhead_s for name, fit in profile.collectives.items()}
     return CostInputs(
         alpha_s=c.nic_latency_s,
@@ -99,11 +105,10 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
         # Loading the batch runs on the rank's thread right before forward: part of it here,
         # so every engine and closed form counts it the same way.  The compute what-if scales
         # the work itself, as a straggler factor on every rank would.
-        forward_s=(comp.time_s("data", batch) + comp.time_s("forward", batch))
-        * spec.compute_scale,
-        backward_s=comp.time_s("backward", batch) * spec.compute_scale,
-        optimizer_s=comp.time_s("optimizer", batch) * spec.compute_scale,
-        threads_per_rank=comp.threads_per_rank,
+        forward_s=(comp.time_s("data", batch) + comp.time_s("forward", batch)) * scale,
+        backward_s=comp.time_s("backward", batch) * scale,
+        optimizer_s=comp.time_s("optimizer", batch) * scale,
+        threads_per_rank=threads,
         param_bytes=tuple(p.bytes for p in profile.params),
         grad_ready_fraction=profile.grad_ready_fraction,
         buckets=assign_buckets(profile.params, profile.grad_ready_fraction,

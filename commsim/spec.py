@@ -40,6 +40,8 @@ class ClusterSpec:
                           slower every thread runs when that many are busy on one pool (memory
                           bandwidth, caches, SMT), linear in between; () = 1.  Measured by
                           calibration (all co-located ranks computing at once vs one alone).
+    threads_per_rank:     compute threads each rank runs; None = as calibrated.  Another count
+                          keeps the calibrated compute's thread-seconds (``costs.cost_inputs``).
     """
     hosts: int
     nic_bandwidth_Bps: float
@@ -51,8 +53,11 @@ class ClusterSpec:
     shared_cpu_cores: float | None = None
     slow_links_Bps: Mapping[int, float] = field(default_factory=dict)
     cpu_efficiency: tuple[tuple[float, float], ...] = ()
+    threads_per_rank: int | None = None
 
     def __post_init__(self):
+        if self.threads_per_rank is not None:
+            _check_int("--threads-per-rank", self.threads_per_rank, 1)
         for threads, eff in self.cpu_efficiency:
             _check_pos("CPU efficiency threads", threads)
             if not 0 < eff <= 1:
@@ -228,7 +233,8 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
                     cores_per_host: float | None = None,
                     shared_cpu_cores: float | None = None,
                     slow_links_Bps: Mapping[int, float] | None = None,
-                    cpu_efficiency: tuple = ()) -> ClusterSpec:
+                    cpu_efficiency: tuple = (), threads_per_rank: int | None = None
+                    ) -> ClusterSpec:
     """A cluster of ``hosts`` machines like the calibrated one, with what-if overrides.
 
     By default each rank gets the cores its compute was measured with plus one for its Gloo
@@ -247,7 +253,8 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
         if value is not None:
             bound.check(value, option)
     if cores_per_host is None:
-        cores_per_host = (profile.compute.threads_per_rank + 1) * ranks_per_host
+        cores_per_host = ((threads_per_rank or profile.compute.threads_per_rank) + 1) \
+            * ranks_per_host
     return ClusterSpec(
         hosts=hosts, ranks_per_host=ranks_per_host,
         nic_bandwidth_Bps=net.bandwidth_Bps if bandwidth_Bps is None else bandwidth_Bps,
@@ -256,7 +263,8 @@ def default_cluster(profile: Profile, hosts: int, *, ranks_per_host: int = 1,
         intra_host_bandwidth_Bps=net.intra_host_bandwidth_Bps,
         intra_host_latency_s=net.intra_host_latency_s,
         shared_cpu_cores=shared_cpu_cores,
-        slow_links_Bps=dict(slow_links_Bps or {}), cpu_efficiency=tuple(cpu_efficiency))
+        slow_links_Bps=dict(slow_links_Bps or {}), cpu_efficiency=tuple(cpu_efficiency),
+        threads_per_rank=threads_per_rank)
 
 
 def measured_cpu_efficiency(profile: Profile,

@@ -127,3 +127,36 @@ def test_tune_finds_the_bucket_that_minimises_iteration_time():
                           max(1, round(best["bucket_mb"] * 1024 * 1024))), PROFILE)
     assert again.iteration_s == pytest.approx(best["iteration_s"], rel=1e-12)
     assert {r["mode"] for r in rows} == {"ddp", "fusion"}
+
+
+def test_fewer_threads_a_rank_keep_the_calibrated_compute_s_thread_seconds():
+    """A profile calibrated with 8 compute threads a rank (2 emulated nodes on 16 cores) asked
+    for 4 nodes on the same 16 cores, where each rank runs 4: its compute alone takes twice the
+    calibrated time, and the pool carries 4 threads a rank, 16 in all (the cores, so no rank
+    slows another); left as calibrated, 4 ranks of 8 threads would share the 16 cores and take
+    as long as the doubled work alone, plus the efficiency curve's toll for 32 busy threads.
+    The same count as calibrated changes nothing."""
+    from commsim.api import Scenario, predict, run_spec
+    from commsim.costs import cost_inputs
+    from commsim.errors import UserError
+
+    eight = make_profile(threads=8)
+    pool = dict(shared_cpu_cores=16.0, batch_per_rank=64)
+    calibrated = cost_inputs(run_spec(eight, "ring", 4, Scenario(**pool)), eight)
+    four = cost_inputs(run_spec(eight, "ring", 4, Scenario(**pool, threads_per_rank=4)), eight)
+    assert four.threads_per_rank == 4 and calibrated.threads_per_rank == 8
+    for phase in ("forward_s", "backward_s", "optimizer_s"):
+        assert getattr(four, phase) == pytest.approx(2 * getattr(calibrated, phase), rel=1e-12)
+    same = Scenario(**pool, threads_per_rank=8)
+    assert predict(eight, "ddp", 4, same).to_dict() == predict(eight, "ddp", 4,
+                                                                Scenario(**pool)).to_dict()
+    # On the 16-core pool: 4 ranks x 4 threads fit, so compute is the doubled work alone;
+    # 4 x 8 share the cores at half speed, the same time before any efficiency curve.
+    curve = ((8.0, 1.0), (16.0, 0.8), (32.0, 0.25))
+    fit = predict(eight, "ring", 4, Scenario(**pool, threads_per_rank=4, cpu_efficiency=curve))
+    crowded = predict(eight, "ring", 4, Scenario(**pool, cpu_efficiency=curve))
+    assert fit.compute_s == pytest.approx(2 * calibrated.forward_s / 0.8 + 2 * (
+        calibrated.backward_s + calibrated.optimizer_s) / 0.8, rel=1e-9)
+    assert crowded.compute_s > 2.5 * fit.compute_s
+    with pytest.raises(UserError, match="threads-per-rank"):
+        run_spec(eight, "ring", 4, Scenario(**pool, threads_per_rank=0))

@@ -40,6 +40,10 @@ CoresOpt = typer.Option(None, "--cores-per-host", help="Cores per host (default:
                         "per host).")
 SharedCoresOpt = typer.Option(None, "--shared-cpu-cores", help="All ranks share one pool of "
                               "this many cores (a cluster emulated on one machine).")
+ThreadsOpt = typer.Option(None, "--threads-per-rank", min=1, help="Compute threads each rank "
+                          "runs (default: as calibrated); another count keeps the calibrated "
+                          "compute's thread-seconds, as more emulated nodes on the same cores "
+                          "give each rank fewer.")
 StragglerOpt = typer.Option(None, "--straggler", help="RANK:FACTOR, rank computes FACTOR times "
                             "slower (repeatable).")
 SlowLinkOpt = typer.Option(None, "--slow-link", help="HOST:RATE, that host's NIC runs at RATE "
@@ -118,6 +122,7 @@ SCENARIO_OPTIONS = {
     "ranks_per_host": (int, RanksPerHostOpt),
     "cores_per_host": (Optional[float], CoresOpt),
     "shared_cpu_cores": (Optional[float], SharedCoresOpt),
+    "threads_per_rank": (Optional[int], ThreadsOpt),
     "straggler": (Optional[List[str]], StragglerOpt),
     "slow_link": (Optional[List[str]], SlowLinkOpt),
     "no_overlap": (bool, NoOverlapOpt),
