@@ -214,15 +214,16 @@ def summarize(rows: Sequence[dict], tolerance_pct: float) -> dict:
 
 
 def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: float | None,
-                  threads_per_rank: int, cores: float) -> Scenario:
-    """The cluster a live run on this machine really is: every rank shares ``cores``."""
+                  threads_per_rank: int | None, cores: float) -> Scenario:
+    """The cluster a live run on this machine really is: every rank shares ``cores``, each
+    with the ``threads_per_rank`` compute threads the run gave it (more nodes than calibrated
+    on the same cores get fewer each; None: as calibrated)."""
     bandwidth = None
     calibrated_rate = profile.metadata.get("emulated_rate_Bps")
     if rate_Bps is not None:
         # Carry the calibrated efficiency (Gloo over tbf reaches ~96% of the shaped rate).
         efficiency = (profile.network.bandwidth_Bps / calibrated_rate) if calibrated_rate else 1.0
         bandwidth = rate_Bps * min(1.0, efficiency)
-    del threads_per_rank  # the profile's compute was measured with the same per-rank threads
     batch = grid.batch_per_rank or grid.global_batch // nodes
     cap = max(1, round(grid.bucket_mb * MiB))
     return Scenario(global_batch=None if grid.batch_per_rank else grid.global_batch,
@@ -230,6 +231,7 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
                     # live passes bucket_cap_mb explicitly, which caps DDP's first bucket too
                     bucket_bytes=cap, first_bucket_bytes=cap,
                     bandwidth_Bps=bandwidth, shared_cpu_cores=cores,
+                    threads_per_rank=threads_per_rank,
                     cpu_efficiency=measured_cpu_efficiency(profile, batch),
                     sync_every=grid.sync_every, group_size=grid.group_size,
                     compression=grid.compression)
@@ -238,15 +240,18 @@ def live_scenario(profile: Profile, grid: ValidationGrid, nodes: int, rate_Bps: 
 def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 10.0,
              run_live: Callable[..., dict] | None = None,
              cluster_for_rate: Callable[[float, int], Any] | None = None,
-             progress: Callable[[str], None] = lambda _msg: None) -> ValidationReport:
-    """Run every cell of ``grid`` live and predicted; see the module docstring."""
+             progress: Callable[[str], None] = lambda _msg: None,
+             cores: float | None = None) -> ValidationReport:
+    """Run every cell of ``grid`` live and predicted; see the module docstring.  ``cores``:
+    the cores the live runs share (None: this machine's; a re-prediction of runs measured on
+    another machine gives that one's)."""
     if run_live is None:
         from commsim.calibrate.live import LiveConfig, run_live as _run
 
         def run_live(strategy, nodes, emulate):
             return _run(LiveConfig(**grid.live_kwargs(strategy)), nodes=nodes, emulate=emulate,
                         timeout_s=grid.timeout_s)
-    cores = float(os.cpu_count() or 1)
+    cores = float(cores or os.cpu_count() or 1)
     rows, timelines = [], []
     for rate in (grid.rates_Bps or (None,)):
         emulate = cluster_for_rate(rate, max(grid.nodes)) if rate is not None else None
@@ -257,7 +262,7 @@ def validate(grid: ValidationGrid, profile: Profile, *, tolerance_pct: float = 1
                 measured = run_live(strategy, nodes, emulate)
                 asked = rate if rate is not None else grid.what_if_rate_Bps
                 sc = live_scenario(profile, grid, nodes, asked,
-                                   measured.get("threads_per_rank") or 1, cores)
+                                   measured.get("threads_per_rank"), cores)
                 result = predict(profile, strategy, nodes, sc, timeline=grid.trace)
                 predicted = result.to_dict()
                 probe = (communication_free_compute_s(profile, nodes, sc)

@@ -119,7 +119,7 @@ def measure(cells, rate: float, profile, measured: dict, args, say, probe=None) 
     runs: dict = {}
     for p in range(args.passes):
         for g, strategy, n in (cells if p % 2 == 0 else cells[::-1]):
-            sc = live_scenario(profile, g, n, rate, 1, float(os.cpu_count() or 1))
+            sc = live_scenario(profile, g, n, rate, None, float(os.cpu_count() or 1))
             its = max(args.iterations,
                       math.ceil(args.min_seconds / predict(profile, strategy, n, sc).iteration_s))
             say(f"live pass {p + 1}/{args.passes}: {strategy} {g.variant} on {n} nodes at "
@@ -194,12 +194,15 @@ def calibration_row(prof, n: int, rate: float, wall_s: float, model: str | None 
             "cpu_efficiency": [list(p) for p in measured_cpu_efficiency(prof)]}
 
 
-def measured_from_rows(data: dict) -> dict:
+def measured_from_rows(data: dict, live: list[dict] = ()) -> dict:
     """The live measurements a fidelity.json holds (main, what-if, third-rate and second-model
     rows, the passes from the noise floor), keyed as ``main`` keys them: enough for
-    ``validate.compare``."""
+    ``validate.compare``; with the run's ``live`` records (``LIVE_LOG``), each cell's compute
+    threads a rank too (what the prediction gives each rank)."""
     passes = {(r["strategy"], r["nodes"], r["rate_Bps"]): r["pass_iteration_s"]
               for r in data.get("noise_floor", {}).get("rows", [])}
+    threads = {(r.get("strategy"), r.get("nodes"), r.get("rate_Bps"), r.get("variant", "")):
+               r["threads_per_rank"] for r in live if r.get("threads_per_rank")}
     out = {}
     # The third rate's cells were calibrated at no rate: only the cross-rate rows hold them.
     third = [r for r in data.get("cross_rate", {}).get("rows", [])
@@ -211,6 +214,8 @@ def measured_from_rows(data: dict) -> dict:
                "batch_per_rank": row["batch_per_rank"], "iteration_s": row["measured_s"],
                "iteration_s_spread": row["measured_spread_s"]}
         rec.update({k: row[f"measured_{k}"] for k in PASS_MEANS if k != "iteration_s"})
+        if key in threads:
+            rec["threads_per_rank"] = threads[key]
         label = " ".join(filter(None, (key[0], key[3])))
         if (label, key[1], key[2]) in passes:
             rec["pass_iteration_s"] = passes[(label, key[1], key[2])]
@@ -286,6 +291,7 @@ def main(argv=None) -> int:
     bar = Progress("fidelity", 0 if args.repredict else
                    calibrations_planned + args.passes * cells)
     say = bar.step
+    measured_on: dict = {}                       # (a re-prediction: where its cells ran)
     if args.repredict:
         source = Path(args.repredict)
         data = json.loads((source / "fidelity.json").read_text())
@@ -297,11 +303,14 @@ def main(argv=None) -> int:
                 P.save(prof, out / name, force=True)
             profiles[(c["rate_Bps"], c["nodes"], c.get("model"))] = prof
             calibrations.append(calibration_row(prof, c["nodes"], c["rate_Bps"], c["wall_s"]))
-        measured = measured_from_rows(data)
+        log = source / LIVE_LOG
+        measured = measured_from_rows(data, [json.loads(line) for line in log.open()]
+                                      if log.exists() else [])
         probes = data.get("machine", {}).get("probes", [])
         third = data.get("third_rate_Bps")
         args.second_model = data.get("second_model_factory") or ""
         cluster_for_rate = lambda rate, n: _Measured(rate)  # noqa: E731
+        measured_on = data.get("machine", {})   # (the machine the cells ran on, not this one)
         provenance = (f"`{command.strip()}`: the live cells and calibration samples of "
                       f"`{data['command'].strip()}` (wall {data['wall_s']:.0f} s, "
                       f"{data.get('passes', 1)} passes), predicted again from the re-fitted "
@@ -354,7 +363,8 @@ def main(argv=None) -> int:
         def live(strategy, n, emulate):
             return measured[(strategy, n, emulate.bandwidth_Bps, g.variant)]
         return validate(g, profile, tolerance_pct=TARGET_MEDIAN, run_live=live,
-                        cluster_for_rate=cluster_for_rate, progress=lambda _msg: None).rows
+                        cluster_for_rate=cluster_for_rate, progress=lambda _msg: None,
+                        cores=measured_on.get("cores")).rows
 
     ext_nodes = tuple(n for n in nodes if n > 2)
     main_rows = [row for rate in rates
@@ -386,7 +396,8 @@ def main(argv=None) -> int:
                 ("A second model, calibrated with --model", second_rows, whatif_targets),
                 ("What-ifs run live: local aggregation (k), groups (g), fp16 compression",
                  whatif_rows, targets))
-    machine = machine_spread(probes)
+    machine = {**machine_spread(probes),
+               **{k: measured_on[k] for k in ("cores", "cpu") if k in measured_on}}
     result = {"main": {"rows": main_rows, "summary": summarize(main_rows, TARGET_MEDIAN)},
               "extrapolation": {"rows": ext_rows, "summary": summarize(ext_rows, WHATIF_MEDIAN)},
               "whatifs": {"rows": whatif_rows, "summary": summarize(whatif_rows, TARGET_MEDIAN)},

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in nodes:
                 bar.step(f"live {st} on {n} nodes at {rate_name(rate)}")
                 probe(f"{st} {n} nodes")
-                sc = live_scenario(a, grid, n, rate, 1, float(os.cpu_count() or 1))
+                sc = live_scenario(a, grid, n, rate, None, float(os.cpu_count() or 1))
                 its = max(args.iterations,
                           math.ceil(args.min_seconds / predict(a, st, n, sc).iteration_s))
                 kw = {**grid.live_kwargs(st), "iterations": its}

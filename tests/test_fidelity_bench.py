@@ -50,6 +50,23 @@ def test_a_reports_rows_give_back_the_measurements_they_were_made_from():
             assert again[key][field] == rec[field]
 
 
+def test_a_re_prediction_takes_each_cell_s_threads_from_the_run_s_live_records():
+    measured = {("ring", 4, 125e6, ""): fidelity.combine([run(2.0, 0.1)]),
+                ("ddp", 4, 125e6, "fp16"): fidelity.combine([run(3.0, 0.1, strategy="ddp")])}
+    rows = [{**compare({"iteration_s": 1.0}, rec, rate_Bps=key[2]), "variant": key[3]}
+            for key, rec in measured.items()]
+    data = {"main": {"rows": rows[:1]}, "whatifs": {"rows": rows[1:]}}
+    live = [{"strategy": "ring", "nodes": 4, "rate_Bps": 125e6, "variant": "",
+             "threads_per_rank": 4},
+            {"strategy": "ddp", "nodes": 4, "rate_Bps": 125e6, "variant": "fp16",
+             "threads_per_rank": 2}]
+    again = fidelity.measured_from_rows(data, live)
+    assert again[("ring", 4, 125e6, "")]["threads_per_rank"] == 4
+    assert again[("ddp", 4, 125e6, "fp16")]["threads_per_rank"] == 2
+    assert all("threads_per_rank" not in rec
+               for rec in fidelity.measured_from_rows(data).values())
+
+
 def test_a_run_knows_how_steady_its_machine_was():
     steady = fidelity.machine_spread([{"t_s": t, "ms_per_sample": v, "before": "cell"}
                                       for t, v in enumerate((10.0, 10.2, 10.1))])

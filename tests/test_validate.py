@@ -78,6 +78,36 @@ def test_validate_with_a_stand_in_live_run():
     json.dumps(report.to_dict())
 
 
+def test_each_cell_is_predicted_with_the_threads_its_ranks_ran_and_the_cores_they_shared():
+    """A profile calibrated on 2 emulated nodes of a 16-core machine (8 compute threads a rank)
+    against a live run of 4 nodes there (4 threads a rank, as the launcher gives them): the
+    prediction is the one for 4 threads a rank on 16 shared cores, which a re-prediction on
+    another machine gets by naming the 16 cores; a record without the threads is predicted as
+    calibrated (DDP's Gloo threads then share the cores with 32 compute threads, not 16)."""
+    from commsim.api import predict
+    from commsim.analysis.validate import live_scenario
+
+    # (reductions long enough to overlap backward, on a link fast enough to leave it exposed)
+    profile = make_profile(threads=8, gamma_s_per_B=1e-8, param_bytes=(4_000_000,) * 3,
+                           bandwidth_Bps=1e9)
+    grid = ValidationGrid(strategies=("ddp",), nodes=(4,), bucket_mb=4)
+
+    def live(threads):
+        def run(strategy, nodes, emulate):
+            return {"strategy": strategy, "nodes": nodes, "batch_per_rank": 64,
+                    "iteration_s": 1.0, "threads_per_rank": threads}
+        return run
+
+    row = validate(grid, profile, run_live=live(4), cores=16.0).rows[0]
+    asked = live_scenario(profile, grid, 4, None, 4, 16.0)
+    assert asked.threads_per_rank == 4 and asked.shared_cpu_cores == 16.0
+    assert row["predicted_s"] == predict(profile, "ddp", 4, asked).iteration_s
+    as_calibrated = validate(grid, profile, run_live=live(None), cores=16.0).rows[0]
+    assert as_calibrated["predicted_s"] == predict(
+        profile, "ddp", 4, live_scenario(profile, grid, 4, None, None, 16.0)).iteration_s
+    assert as_calibrated["predicted_s"] != row["predicted_s"]
+
+
 def test_what_if_cells_predict_and_run_the_same_what_if():
     """A grid with k=2 runs live with k=2 (whole cycles) and predicts k=2: the prediction is the
     simulator's for that what-if, not the plain one's."""
