@@ -304,7 +304,8 @@ def main(argv=None) -> int:
             profiles[(c["rate_Bps"], c["nodes"], c.get("model"))] = prof
             calibrations.append(calibration_row(prof, c["nodes"], c["rate_Bps"], c["wall_s"]))
         log = source / LIVE_LOG
-        measured = measured_from_rows(data, [json.loads(line) for line in log.open()]
+        measured = measured_from_rows(data, [json.loads(line) for line in
+                                             log.read_text().splitlines() if line.strip()]
                                       if log.exists() else [])
         probes = data.get("machine", {}).get("probes", [])
         third = data.get("third_rate_Bps")
