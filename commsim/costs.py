@@ -89,8 +89,8 @@ def cost_inputs(spec: RunSpec, profile: Profile) -> CostInputs:
     gamma = profile.collective("all_reduce").reduction_s_per_B
     # Ranks running another count of compute threads than calibrated (an emulated cluster of
     # more nodes on the same cores gives each fewer) keep the compute's thread-seconds: alone,
-    # t threads take calibrated / t times as long (VGG-11 from 8 to 4 threads on 16 cores:
-    # 1.8-2.0 times), and the pool then shares t threads a rank.
+    # t threads take calibrated / t times as long (near enough over a few cores: docs/model.md),
+    # and the pool then shares t threads a rank.
     threads = c.threads_per_rank or comp.threads_per_rank
     scale = spec.compute_scale * comp.threads_per_rank / threads
     overheads = {name: fit.overhead_s for name, fit in profile.collectives.items()}
