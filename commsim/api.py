@@ -26,8 +26,8 @@ class Scenario(Workload):
     the cluster what-ifs:
 
     bandwidth_Bps / latency_s: what-if link (None = the profile's fitted link).
-    ranks_per_host, cores_per_host, shared_cpu_cores, threads_per_rank: host layout (None =
-                         like calibrated).
+    ranks_per_host, cores_per_host, shared_cpu_cores, threads_per_rank:
+                         host layout (None = like calibrated).
     slow_links_Bps:      host -> NIC bandwidth.
     cpu_efficiency:      (busy threads, efficiency) points of a shared CPU (see ClusterSpec).
     """
