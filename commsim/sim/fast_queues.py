@@ -34,6 +34,11 @@ import numpy as np
 from commsim.costs import cpu_load, job_rate
 from commsim.sim.engine import finished_jobs
 
+try:        # the event loop compiled (setup.py: optional, where a C compiler was found)
+    from commsim.sim import _replay
+except ImportError:         # pragma: no cover - a build without a compiler
+    _replay = None
+
 # Two times closer than this (relative to the clock) are one instant: float rounding.
 TOUCH_RTOL = 1e-12
 
@@ -346,6 +351,16 @@ def _ties(start, owners) -> list:
             for t, owner in zip(start, owners)]
 
 
+# Why a replay apart from the collective before it refuses (``simulate``'s ``after_release``
+# and ``left``).
+_ASKED_BEFORE = ("a message would ask for a NIC direction at or before the instant an earlier "
+                 "collective's last one there asked for it, which the DES orders by its event "
+                 "history")
+_LEFT_AFTER = ("a rank would use its host's NIC or cores while another rank of the host is "
+               "still in the earlier collective, whose last events there the DES orders among "
+               "this one's by its event history")
+
+
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
@@ -417,6 +432,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     transmits, releases both (each waiter granted in FIFO order) and is delivered a latency
     later; a rank waiting for its messages resumes when they all are delivered.
     """
+    if _replay is not None and cpus is None and ordered is None:
+        return _compiled(start, order, host, programs, messages, gloo, nics, pairs=pairs,
+                         compute_rate=compute_rate, together=together, released=released,
+                         sequence=sequence, after_release=after_release, left=left)
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
@@ -515,9 +534,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             # (at the instant of an earlier collective's last request here, the DES orders
             # the two by its event history, which a collective replayed alone does not hold)
             if t <= float(busy_before[d][last][h]) + TOUCH_RTOL * max(1.0, abs(t)):
-                refuse("a message would ask for a NIC direction at or before the instant an "
-                       "earlier collective's last one there asked for it, which the DES orders "
-                       "by its event history")
+                refuse(_ASKED_BEFORE)
             if h in quiet:
                 settled(h, t)
             passed[d].add(h)
@@ -536,9 +553,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         """Refuses a use of host h's NIC or CPU at t before or at the instant its last process
         left the earlier collective."""
         if t <= quiet.pop(h) + TOUCH_RTOL * max(1.0, abs(t)):
-            refuse("a rank would use its host's NIC or cores while another rank of the host "
-                   "is still in the earlier collective, whose last events there the DES "
-                   "orders among this one's by its event history")
+            refuse(_LEFT_AFTER)
 
     def grant(d, h, t):
         if checking:
@@ -819,4 +834,58 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             if mine:
                 touched = np.fromiter(mine, dtype=np.int64, count=len(mine))
                 theirs[touched] = np.maximum(theirs[touched], list(mine.values()))
+    return finish, marks
+
+
+def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int,
+              compute_rate: float, together: int, released: dict | None,
+              sequence: list | None, after_release: bool, left: list | None):
+    """``simulate`` at fixed CPU rates without the order note, its event loop compiled
+    (``_replay.c``): the same arguments and answer.  Here the arrays the loop reads are made:
+    the NIC directions' earlier state per host, the releases to schedule, the start order,
+    and per host when its last process left the earlier collective."""
+    start_a = np.asarray(start, dtype=np.float64)
+    host_a = np.ascontiguousarray(host, dtype=np.int64)
+    n, hosts = len(start_a), len(nics.free[0])
+    lat, busy = (np.ascontiguousarray(x, dtype=np.float64) for x in messages[2:4])
+    tx, rx = (np.ascontiguousarray(x, dtype=np.int64) for x in messages[4:6])
+    # (as ``simulate``: a direction freed after the first start is released then)
+    first_start = start_a.min() if n else np.inf
+    used = np.unique(host_a)
+    d_rel, h_rel, t_rel = [], [], []
+    for d in (0, 1):
+        free = nics.free[d]
+        later = used[free[used] > first_start]
+        d_rel += [d] * len(later)
+        h_rel += later.tolist()
+        t_rel += free[later].tolist()
+    firsts = np.lexsort((np.asarray(order), start_a))          # (stable: rank order last)
+    firsts = firsts[start_a[firsts] < np.inf]
+    quiet = np.full(hosts, -np.inf)
+    if left is not None:
+        left_a = np.asarray(left, dtype=np.float64)
+        finite = left_a < np.inf
+        np.maximum.at(quiet, host_a[finite], left_a[finite])
+    threshold = nics.free if after_release else nics.requested
+    mine = [np.full(hosts, np.nan) for _ in range(4)]      # requested tx, rx; freed tx, rx
+    m = len(lat)
+    released_t = np.full(m if released is not None else 0, np.nan)
+    released_order = np.empty(m if released is not None else 0, dtype=np.int64)
+    finish, marks, count, refused = _replay.run(
+        start_a, host_a, firsts.astype(np.int64), programs, lat, busy, tx, rx,
+        float(gloo), float(compute_rate), int(pairs), int(together),
+        *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
+        np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
+        np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
+        sequence)
+    if refused:
+        from commsim.sim.fast_collectives import NotExact
+        raise NotExact(_ASKED_BEFORE if refused == 1 else _LEFT_AFTER)
+    if released is not None:
+        for what in released_order[:count].tolist():
+            released[what] = float(released_t[what])
+    for d in (0, 1):
+        for new, theirs in ((mine[2 + d], nics.free[d]), (mine[d], nics.requested[d])):
+            touched = np.flatnonzero(~np.isnan(new))
+            theirs[touched] = np.maximum(theirs[touched], new[touched])
     return finish, marks

@@ -1,0 +1,716 @@
+/* The event loop of ``fast_queues.simulate`` compiled: the same events in the same order,
+ * the same float operations in the same order (built with -ffp-contract=off, so that no
+ * multiply-add is fused), for the replays without the DES's processor sharing and without
+ * the order note (``cpus`` and ``ordered`` None).  ``fast_queues._compiled`` prepares its
+ * arrays and raises what it returns; ``fast_queues.simulate``'s Python loop is the reference,
+ * and tests/test_replay_compiled.py holds the two to the bit.
+ *
+ * simpy's queue is a heap of (time, scheduling order) here: the Python loop's instants with a
+ * list of events each give the same order (an event scheduled at the instant being run joins
+ * its end, as a later sequence number at the same time does).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Actions and events: fast_queues' numbering (checked there at import). */
+enum { SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY,
+       JOIN, TOGETHER, ALL, GHOST };
+enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX_RELEASED,
+       E_DELIVERED, E_DONE, E_SIGNALLED, E_ENDED, E_LATCHED };
+
+#define NONE (-2)          /* a direction's holder: nobody */
+#define EARLIER (-1)       /* an earlier collective's message */
+#define REFUSE_ASK 1       /* a request at or before the earlier collective's last there */
+#define REFUSE_SETTLED 2   /* a host used before its last process left the earlier one */
+
+static const double TOUCH_RTOL = 1e-12;
+static const double EPS = 1e-15;      /* engine._EPS: residue of no work left */
+
+typedef struct { double t; int64_t seq; int kind; int64_t a, b; } Event;
+typedef struct { double w, r; int64_t k; } Job;
+typedef struct { Job *v; int64_t n, cap; } Jobs;
+
+typedef struct {
+    /* the heap */
+    Event *heap; int64_t size, cap, seq;
+    /* inputs */
+    Py_ssize_t n, m, hosts;
+    const double *lat, *busy, *threshold[2], *start;
+    const int64_t *host, *tx, *rx;
+    PyObject ***actions; Py_ssize_t *lengths; PyObject **fast;
+    double gloo, compute_rate;
+    int64_t pairs, together;
+    int one_rate;
+    /* state */
+    char *posted; int64_t *waiting_on, *pending; char *all_of; int64_t *pc; double *finish;
+    int64_t *waits;                     /* key awaited, -1: none */
+    int64_t *fired; int64_t fired_cap, fired_n;   /* open addressing, -1 empty */
+    int64_t *spawned; int64_t sp_head, sp_tail, sp_cap;
+    int64_t *latch; int64_t latch_n, latch_cap;
+    Jobs *jobs; double *advanced; int64_t *timer;
+    int64_t *holder[2], *head[2], *tail[2], *next_wait;
+    double *requested[2], *newest_free[2];
+    char *passed[2];
+    double *quiet; char *has_quiet; int64_t quiet_n;
+    PyObject *marks, *sequence;
+    double *released_t; int64_t *released_order; int64_t released_n;
+    int refused;
+} S;
+
+/* ---- the heap, ordered by (t, seq) ---- */
+static inline int before(const Event *x, const Event *y) {
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static int push(S *s, double t, int kind, int64_t a, int64_t b) {
+    if (s->size == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 1024;
+        Event *h = realloc(s->heap, cap * sizeof(Event));
+        if (!h) { PyErr_NoMemory(); return -1; }
+        s->heap = h; s->cap = cap;
+    }
+    Event e = {t, s->seq++, kind, a, b};
+    int64_t i = s->size++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!before(&e, &s->heap[p])) break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = e;
+    return 0;
+}
+
+static Event pop(S *s) {
+    Event top = s->heap[0];
+    Event e = s->heap[--s->size];
+    int64_t i = 0, n = s->size;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!before(&s->heap[c], &e)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = e;
+    return top;
+}
+
+/* ---- signals and ends fired: a set of keys ---- */
+static inline uint64_t mix(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return x;
+}
+
+static int fired_has(S *s, int64_t key) {
+    uint64_t mask = s->fired_cap - 1, i = mix(key) & mask;
+    while (s->fired[i] != -1) {
+        if (s->fired[i] == key) return 1;
+        i = (i + 1) & mask;
+    }
+    return 0;
+}
+
+static int fired_add(S *s, int64_t key) {
+    if (2 * (s->fired_n + 1) > s->fired_cap) {
+        int64_t cap = s->fired_cap * 2, *old = s->fired, oldcap = s->fired_cap;
+        s->fired = malloc(cap * sizeof(int64_t));
+        if (!s->fired) { s->fired = old; PyErr_NoMemory(); return -1; }
+        memset(s->fired, 0xff, cap * sizeof(int64_t));
+        s->fired_cap = cap; s->fired_n = 0;
+        for (int64_t j = 0; j < oldcap; j++)
+            if (old[j] != -1) fired_add(s, old[j]);
+        free(old);
+    }
+    uint64_t mask = s->fired_cap - 1, i = mix(key) & mask;
+    while (s->fired[i] != -1) {
+        if (s->fired[i] == key) return 0;
+        i = (i + 1) & mask;
+    }
+    s->fired[i] = key; s->fired_n++;
+    return 0;
+}
+
+/* A signal (process, i) and a process's end (process, None) as one key. */
+static inline int64_t key_of(int64_t process, int64_t signal) {
+    return process * ((int64_t)1 << 24) + (signal + 1);
+}
+
+static int grow(int64_t **v, int64_t *cap, int64_t need) {
+    if (need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    int64_t *w = realloc(*v, c * sizeof(int64_t));
+    if (!w) { PyErr_NoMemory(); return -1; }
+    *v = w; *cap = c;
+    return 0;
+}
+
+static int spawn(S *s, int64_t k) {
+    if (s->sp_tail == s->sp_cap) {
+        if (s->sp_head > 0) {      /* (slide the queue back to the front) */
+            memmove(s->spawned, s->spawned + s->sp_head,
+                    (s->sp_tail - s->sp_head) * sizeof(int64_t));
+            s->sp_tail -= s->sp_head; s->sp_head = 0;
+        }
+        if (grow(&s->spawned, &s->sp_cap, s->sp_tail + 1) < 0) return -1;
+    }
+    s->spawned[s->sp_tail++] = k;
+    return 0;
+}
+
+/* ---- NIC directions ---- */
+static int grant(S *s, int d, int64_t h, double t) {
+    if (s->holder[d][h] == NONE && s->head[d][h] >= 0) {
+        int64_t m = s->head[d][h];
+        s->head[d][h] = s->next_wait[m];
+        if (s->head[d][h] < 0) s->tail[d][h] = -1;
+        s->holder[d][h] = m;
+        return push(s, t, d == 0 ? E_TX_GRANTED : E_RX_GRANTED, m, 0);
+    }
+    return 0;
+}
+
+static int settled(S *s, int64_t h, double t) {
+    double q = s->quiet[h];
+    s->has_quiet[h] = 0; s->quiet_n--;
+    if (t <= q + TOUCH_RTOL * fmax(1.0, fabs(t))) { s->refused = REFUSE_SETTLED; return -1; }
+    return 0;
+}
+
+static int request(S *s, int d, int64_t h, int64_t m, double t) {
+    if (!s->passed[d][h]) {
+        if (t <= s->threshold[d][h] + TOUCH_RTOL * fmax(1.0, fabs(t))) {
+            s->refused = REFUSE_ASK;
+            return -1;
+        }
+        if (s->has_quiet[h] && settled(s, h, t) < 0) return -1;
+        s->passed[d][h] = 1;
+    }
+    int free = s->holder[d][h] == NONE && s->head[d][h] < 0;
+    s->requested[d][h] = t;
+    if (free) {
+        s->holder[d][h] = m;
+        return push(s, t, d == 0 ? E_TX_GRANTED : E_RX_GRANTED, m, 0);
+    }
+    if (s->holder[d][h] == NONE && grant(s, d, h, t) < 0) return -1;
+    s->next_wait[m] = -1;
+    if (s->tail[d][h] >= 0) s->next_wait[s->tail[d][h]] = m;
+    else s->head[d][h] = m;
+    s->tail[d][h] = m;
+    return 0;
+}
+
+static int post(S *s, int64_t m, double t) {
+    if (++s->posted[m] < 2) return 0;
+    if (s->tx[m] < 0) return push(s, t + (s->lat[m] + s->busy[m]), E_DELIVERED, m, 0);
+    return request(s, 0, s->tx[m], m, t);
+}
+
+/* ---- a host's CPU: ``engine.ProcessorSharingCPU`` at fixed rates ---- */
+static void advance(S *s, int64_t h, double t) {
+    Jobs *running = &s->jobs[h];
+    if (running->n && t > s->advanced[h]) {
+        double elapsed = t - s->advanced[h];
+        for (int64_t j = 0; j < running->n; j++) running->v[j].w -= elapsed * running->v[j].r;
+    }
+    s->advanced[h] = t;
+}
+
+static double soonest(S *s, Jobs *running) {
+    if (s->one_rate) {
+        double w = running->v[0].w;
+        for (int64_t j = 1; j < running->n; j++)
+            if (running->v[j].w < w) w = running->v[j].w;
+        return w / running->v[0].r;
+    }
+    double best = running->v[0].w / running->v[0].r;
+    for (int64_t j = 1; j < running->n; j++) {
+        double x = running->v[j].w / running->v[j].r;
+        if (x < best) best = x;
+    }
+    return best;
+}
+
+static inline double nonnegative(double x) { return x > 0.0 ? x : 0.0; }
+
+static int reschedule(S *s, int64_t h, double t) {
+    int64_t version = ++s->timer[h];
+    Jobs *running = &s->jobs[h];
+    if (running->n) return push(s, t + nonnegative(soonest(s, running)), E_TIMER, h, version);
+    return 0;
+}
+
+static int add_job(S *s, int64_t h, double w, double r, int64_t k) {
+    Jobs *running = &s->jobs[h];
+    if (running->n == running->cap) {
+        int64_t cap = running->cap ? 2 * running->cap : 4;
+        Job *v = realloc(running->v, cap * sizeof(Job));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        running->v = v; running->cap = cap;
+    }
+    running->v[running->n++] = (Job){w, r, k};
+    return 0;
+}
+
+/* ---- a process's program ---- */
+static inline PyObject *item(PyObject *action, Py_ssize_t i) {
+    return PyTuple_Check(action) ? PyTuple_GET_ITEM(action, i) : PyList_GET_ITEM(action, i);
+}
+
+static int64_t as_index(PyObject *x) {
+    return PyLong_CheckExact(x) ? PyLong_AsLongLong(x) : PyNumber_AsSsize_t(x, NULL);
+}
+
+static int sequence_append(S *s, int64_t k) {
+    if (s->sequence == Py_None) return 0;
+    PyObject *x = PyLong_FromLongLong(k);
+    if (!x) return -1;
+    int r = PyList_Append(s->sequence, x);
+    Py_DECREF(x);
+    return r;
+}
+
+static int each_message(S *s, PyObject *seq, int64_t k, int side, int post_them, double t) {
+    PyObject *f = PySequence_Fast(seq, "a message list");
+    if (!f) return -1;
+    Py_ssize_t c = PySequence_Fast_GET_SIZE(f);
+    PyObject **xs = PySequence_Fast_ITEMS(f);
+    for (Py_ssize_t j = 0; j < c; j++) {
+        int64_t m = as_index(xs[j]);
+        if (m == -1 && PyErr_Occurred()) { Py_DECREF(f); return -1; }
+        if (side >= 0) s->waiting_on[2 * m + side] = k;
+        if (post_them && post(s, m, t) < 0) { Py_DECREF(f); return -1; }
+    }
+    Py_DECREF(f);
+    return 0;
+}
+
+static int run_rank(S *s, int64_t k, double t) {
+    PyObject **program = s->actions[k];
+    Py_ssize_t i = s->pc[k], last = s->lengths[k];
+    while (i < last) {
+        PyObject *action = program[i++];
+        long kind = PyLong_AsLong(item(action, 0));
+        if (kind == GLOO || kind == COMPUTE) {
+            double w = PyFloat_AsDouble(item(action, 1));
+            if (w == -1.0 && PyErr_Occurred()) return -1;
+            s->pc[k] = i;
+            if (w > 0) {
+                int64_t h = s->host[k];
+                if (s->quiet_n && s->has_quiet[h] && settled(s, h, t) < 0) return -1;
+                advance(s, h, t);
+                double rate = kind == GLOO ? s->gloo : s->compute_rate;
+                if (add_job(s, h, w, rate, k) < 0) return -1;
+                int64_t version = ++s->timer[h];
+                Jobs *running = &s->jobs[h];
+                double due = running->n == 1 ? w / rate : soonest(s, running);
+                return push(s, t + nonnegative(due), E_TIMER, h, version);
+            }
+            return push(s, t, E_RESUME, k, 0);
+        }
+        if (kind == EXCHANGE) {
+            int64_t a = as_index(item(action, 1)), b = as_index(item(action, 2));
+            if ((a == -1 || b == -1) && PyErr_Occurred()) return -1;
+            s->pc[k] = i;
+            s->pending[k] = 2; s->all_of[k] = 1;
+            s->waiting_on[2 * a] = k; s->waiting_on[2 * b + 1] = k;
+            if (post(s, a, t) < 0) return -1;
+            return post(s, b, t);
+        }
+        if (kind == ALL) {
+            PyObject *sent = item(action, 1), *got = item(action, 2);
+            Py_ssize_t ns = PyObject_Length(sent), ng = PyObject_Length(got);
+            if (ns < 0 || ng < 0) return -1;
+            s->pc[k] = i;
+            s->pending[k] = ns + ng; s->all_of[k] = 1;
+            if (each_message(s, sent, k, 0, 0, t) < 0 || each_message(s, got, k, 1, 0, t) < 0
+                    || each_message(s, sent, k, -1, 1, t) < 0
+                    || each_message(s, got, k, -1, 1, t) < 0)
+                return -1;
+            return 0;
+        }
+        if (kind == SEND || kind == RECV) {
+            int64_t m = as_index(item(action, 1));
+            if (m == -1 && PyErr_Occurred()) return -1;
+            s->pc[k] = i;
+            s->pending[k] = 1; s->all_of[k] = 0;
+            s->waiting_on[2 * m + (kind == RECV)] = k;
+            return post(s, m, t);
+        }
+        if (kind == WAIT) {
+            double w = PyFloat_AsDouble(item(action, 1));
+            if (w == -1.0 && PyErr_Occurred()) return -1;
+            if (w > 0) { s->pc[k] = i; return push(s, t + w, E_RESUME, k, 0); }
+        } else if (kind == MARK) {
+            PyObject *x = PyFloat_FromDouble(t);
+            if (!x) return -1;
+            int r = PyList_Append(PyList_GET_ITEM(s->marks, k), x);
+            Py_DECREF(x);
+            if (r < 0 || sequence_append(s, k) < 0) return -1;
+        } else if (kind == GHOST) {
+            if (each_message(s, item(action, 1), k, -1, 1, t) < 0) return -1;
+        } else if (kind == TOGETHER) {
+            s->pc[k] = i;
+            if (grow(&s->latch, &s->latch_cap, s->latch_n + 1) < 0) return -1;
+            s->latch[s->latch_n++] = k;
+            if (s->latch_n == s->together) return push(s, t, E_LATCHED, 0, 0);
+            return 0;
+        } else if (kind == SPAWN) {
+            if (spawn(s, k - s->pairs) < 0) return -1;
+        } else if (kind == SIGNAL) {
+            int64_t b = as_index(item(action, 1));
+            if (b == -1 && PyErr_Occurred()) return -1;
+            if (push(s, t, E_SIGNALLED, k - s->pairs, b) < 0) return -1;
+        } else if (kind == READY || kind == JOIN) {
+            int64_t key;
+            if (kind == READY) {
+                int64_t b = as_index(item(action, 1));
+                if (b == -1 && PyErr_Occurred()) return -1;
+                key = key_of(k, b);
+            } else {
+                key = key_of(k - s->pairs, -1);
+            }
+            if (!fired_has(s, key)) { s->pc[k] = i; s->waits[k] = key; return 0; }
+        } else if (kind == ENTER || kind == EXIT) {
+            advance(s, s->host[k], t);
+            if (reschedule(s, s->host[k], t) < 0) return -1;
+        } else {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "unknown action %ld", kind);
+            return -1;
+        }
+    }
+    s->pc[k] = i;
+    s->finish[k] = t;
+    if (sequence_append(s, k) < 0) return -1;
+    if (k < s->pairs) return push(s, t, E_ENDED, k, 0);
+    return 0;
+}
+
+static int run_spawned(S *s, double t) {
+    while (s->sp_head < s->sp_tail) {
+        int64_t k = s->spawned[s->sp_head++];
+        if (run_rank(s, k, t) < 0) return -1;
+    }
+    s->sp_head = s->sp_tail = 0;
+    return 0;
+}
+
+/* The jobs done at a timer (``engine.finished_jobs``), resumed in arrival order. */
+static int on_timer(S *s, int64_t h, int64_t version, double t) {
+    if (version != s->timer[h]) return 0;
+    advance(s, h, t);
+    Jobs *running = &s->jobs[h];
+    if (running->n == 1) {            /* (done, by residue or as the closest) */
+        running->n = 0;
+        s->timer[h] = version + 1;
+        return push(s, t, E_RESUME, running->v[0].k, 0);
+    }
+    int any = 0;
+    for (int64_t j = 0; j < running->n; j++)
+        if (running->v[j].w <= EPS * fmax(1.0, running->v[j].w)) { any = 1; break; }
+    if (any) {
+        int64_t kept = 0;
+        for (int64_t j = 0; j < running->n; j++) {
+            Job job = running->v[j];
+            if (job.w <= EPS * fmax(1.0, job.w)) {
+                if (push(s, t, E_RESUME, job.k, 0) < 0) return -1;
+            } else {
+                running->v[kept++] = job;
+            }
+        }
+        running->n = kept;
+    } else if (running->n) {
+        int64_t best = 0;
+        for (int64_t j = 1; j < running->n; j++)
+            if (running->v[j].w < running->v[best].w) best = j;
+        if (push(s, t, E_RESUME, running->v[best].k, 0) < 0) return -1;
+        memmove(running->v + best, running->v + best + 1,
+                (running->n - best - 1) * sizeof(Job));
+        running->n--;
+    }
+    return reschedule(s, h, t);
+}
+
+static int loop(S *s) {
+    while (s->size) {
+        Event e = pop(s);
+        double t = e.t;
+        int64_t what = e.a;
+        switch (e.kind) {
+        case E_DONE:
+            for (int side = 0; side < 2; side++) {
+                int64_t k = s->waiting_on[2 * what + side];
+                if (k < 0) continue;          /* a ghost's side */
+                if (--s->pending[k] == 0) {
+                    if (s->all_of[k]) {
+                        if (push(s, t, E_RESUME, k, 0) < 0) return -1;
+                    } else if (run_rank(s, k, t) < 0) {
+                        return -1;
+                    }
+                }
+                if (run_spawned(s, t) < 0) return -1;
+            }
+            break;
+        case E_RESUME:
+            if (run_rank(s, what, t) < 0) return -1;
+            break;
+        case E_TIMER:
+            if (on_timer(s, what, e.b, t) < 0) return -1;
+            continue;
+        case E_TX_GRANTED:
+            if (request(s, 1, s->rx[what], what, t) < 0) return -1;
+            break;
+        case E_RX_GRANTED:
+            if (push(s, t + s->busy[what], E_END, what, 0) < 0) return -1;
+            break;
+        case E_DELIVERED:
+            if (push(s, t, E_DONE, what, 0) < 0) return -1;
+            break;
+        case E_END: {
+            /* release receive, then transmit; a release with nobody waiting is not an event */
+            int64_t h = s->rx[what];
+            s->holder[1][h] = NONE;
+            s->newest_free[1][h] = t;
+            if (s->head[1][h] >= 0 && push(s, t, E_RX_RELEASED, h, 0) < 0) return -1;
+            h = s->tx[what];
+            s->holder[0][h] = NONE;
+            s->newest_free[0][h] = t;
+            if (s->head[0][h] >= 0 && push(s, t, E_TX_RELEASED, h, 0) < 0) return -1;
+            if (s->released_t) {
+                if (isnan(s->released_t[what])) s->released_order[s->released_n++] = what;
+                s->released_t[what] = t;
+            }
+            if (push(s, t + s->lat[what], E_DELIVERED, what, 0) < 0) return -1;
+            break;
+        }
+        case E_TX_RELEASED:
+        case E_RX_RELEASED: {
+            int d = e.kind == E_TX_RELEASED ? 0 : 1;
+            if (s->holder[d][what] == EARLIER) s->holder[d][what] = NONE;
+            if (s->head[d][what] >= 0 && s->holder[d][what] == NONE
+                    && grant(s, d, what, t) < 0)
+                return -1;
+            break;
+        }
+        case E_LATCHED:
+            for (int64_t j = 0; j < s->latch_n; j++)
+                if (run_rank(s, s->latch[j], t) < 0) return -1;
+            break;
+        default: {                     /* a signal, or a process's end */
+            int64_t key, k;
+            if (e.kind == E_SIGNALLED) { key = key_of(what, e.b); k = what; }
+            else { key = key_of(what, -1); k = what + s->pairs; }
+            if (fired_add(s, key) < 0) return -1;
+            if (s->waits[k] == key) {
+                s->waits[k] = -1;
+                if (run_rank(s, k, t) < 0) return -1;
+            }
+        }
+        }
+        if (run_spawned(s, t) < 0) return -1;
+    }
+    return 0;
+}
+
+static void release(S *s) {
+    free(s->heap); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
+    free(s->pc); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
+    free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
+    if (s->jobs) {
+        for (Py_ssize_t h = 0; h < s->hosts; h++) free(s->jobs[h].v);
+        free(s->jobs);
+    }
+    for (int d = 0; d < 2; d++) {
+        free(s->holder[d]); free(s->head[d]); free(s->tail[d]); free(s->passed[d]);
+    }
+    free(s->has_quiet); free(s->released_order);
+    if (s->fast) {
+        for (Py_ssize_t k = 0; k < s->n; k++) Py_XDECREF(s->fast[k]);
+        free(s->fast);
+    }
+    free(s->actions); free(s->lengths);
+}
+
+static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *name) {
+    if (b->len < count * size) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items wanted", name, count);
+        return -1;
+    }
+    return 0;
+}
+
+#define ZALLOC(p, count) \
+    do { (p) = calloc((count) > 0 ? (size_t)(count) : 1, sizeof(*(p))); if (!(p)) goto nomem; } while (0)
+
+/* run(start, host, firsts, programs, lat, busy, tx, rx, gloo, compute_rate, pairs, together,
+ *     threshold_tx, threshold_rx, quiet, releases_d, releases_h, releases_t,
+ *     requested_tx, requested_rx, freed_tx, freed_rx, released_t, released_order, sequence)
+ * -> (finish, marks, released count, refusal) */
+static PyObject *run(PyObject *self, PyObject *args) {
+    Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
+        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo;
+    PyObject *programs, *sequence;
+    double gloo, compute_rate;
+    long long pairs, together;
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*O",
+                          &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
+                          &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
+                          &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
+                          &b_free1, &b_rel, &b_relo, &sequence))
+        return NULL;
+    S st;
+    memset(&st, 0, sizeof st);
+    S *s = &st;
+    PyObject *result = NULL;
+    Py_ssize_t n = b_start.len / sizeof(double), m = b_lat.len / sizeof(double);
+    Py_ssize_t hosts = b_thr0.len / sizeof(double);
+    s->n = n; s->m = m; s->hosts = hosts;
+    if (need(&b_host, n, 8, "host") < 0 || need(&b_busy, m, 8, "busy") < 0
+            || need(&b_tx, m, 8, "tx") < 0 || need(&b_rx, m, 8, "rx") < 0
+            || need(&b_thr1, hosts, 8, "threshold") < 0 || need(&b_quiet, hosts, 8, "quiet") < 0
+            || need(&b_req0, hosts, 8, "requested") < 0 || need(&b_req1, hosts, 8, "requested") < 0
+            || need(&b_free0, hosts, 8, "freed") < 0 || need(&b_free1, hosts, 8, "freed") < 0)
+        goto done;
+    s->start = b_start.buf; s->host = b_host.buf; s->lat = b_lat.buf; s->busy = b_busy.buf;
+    s->tx = b_tx.buf; s->rx = b_rx.buf;
+    s->threshold[0] = b_thr0.buf; s->threshold[1] = b_thr1.buf;
+    s->requested[0] = b_req0.buf; s->requested[1] = b_req1.buf;
+    s->newest_free[0] = b_free0.buf; s->newest_free[1] = b_free1.buf;
+    s->gloo = gloo; s->compute_rate = compute_rate; s->pairs = pairs; s->together = together;
+    s->one_rate = gloo == compute_rate;
+    s->sequence = sequence;
+    if (b_rel.len >= m * (Py_ssize_t)sizeof(double) && m > 0) {
+        s->released_t = b_rel.buf;
+        ZALLOC(s->released_order, m);
+    }
+    /* every host index must be within the NIC arrays */
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (s->host[k] < 0 || s->host[k] >= hosts) {
+            PyErr_SetString(PyExc_ValueError, "a process's host is past the NIC arrays");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (s->tx[j] >= hosts || s->rx[j] >= hosts || (s->tx[j] >= 0) != (s->rx[j] >= 0)) {
+            PyErr_SetString(PyExc_ValueError, "a message's host is past the NIC arrays");
+            goto done;
+        }
+    ZALLOC(s->fast, n); ZALLOC(s->actions, n); ZALLOC(s->lengths, n);
+    {
+        PyObject *pf = PySequence_Fast(programs, "programs");
+        if (!pf) goto done;
+        if (PySequence_Fast_GET_SIZE(pf) != n) {
+            Py_DECREF(pf);
+            PyErr_SetString(PyExc_ValueError, "one program a process");
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *f = PySequence_Fast(PySequence_Fast_GET_ITEM(pf, k), "a program");
+            if (!f) { Py_DECREF(pf); goto done; }
+            s->fast[k] = f;
+            s->actions[k] = PySequence_Fast_ITEMS(f);
+            s->lengths[k] = PySequence_Fast_GET_SIZE(f);
+            for (Py_ssize_t i = 0; i < s->lengths[k]; i++) {
+                PyObject *a = s->actions[k][i];
+                if (!(PyTuple_Check(a) || PyList_Check(a)) || PyObject_Length(a) < 1) {
+                    Py_DECREF(pf);
+                    PyErr_SetString(PyExc_TypeError, "an action is a tuple");
+                    goto done;
+                }
+            }
+        }
+        Py_DECREF(pf);
+    }
+    ZALLOC(s->posted, m); ZALLOC(s->waiting_on, 2 * m); ZALLOC(s->next_wait, m);
+    for (Py_ssize_t j = 0; j < 2 * m; j++) s->waiting_on[j] = -1;
+    ZALLOC(s->pending, n); ZALLOC(s->all_of, n); ZALLOC(s->pc, n); ZALLOC(s->finish, n);
+    ZALLOC(s->waits, n);
+    for (Py_ssize_t k = 0; k < n; k++) { s->waits[k] = -1; s->finish[k] = s->start[k]; }
+    s->fired_cap = 64;
+    ZALLOC(s->fired, s->fired_cap);
+    memset(s->fired, 0xff, s->fired_cap * sizeof(int64_t));
+    ZALLOC(s->jobs, hosts); ZALLOC(s->advanced, hosts); ZALLOC(s->timer, hosts);
+    for (int d = 0; d < 2; d++) {
+        ZALLOC(s->holder[d], hosts); ZALLOC(s->head[d], hosts); ZALLOC(s->tail[d], hosts);
+        ZALLOC(s->passed[d], hosts);
+        for (Py_ssize_t h = 0; h < hosts; h++) {
+            s->holder[d][h] = NONE; s->head[d][h] = -1; s->tail[d][h] = -1;
+        }
+    }
+    s->quiet = b_quiet.buf;
+    ZALLOC(s->has_quiet, hosts);
+    for (Py_ssize_t h = 0; h < hosts; h++)
+        if (s->quiet[h] > -INFINITY) { s->has_quiet[h] = 1; s->quiet_n++; }
+    s->marks = PyList_New(n);
+    if (!s->marks) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *x = PyList_New(0);
+        if (!x) goto done;
+        PyList_SET_ITEM(s->marks, k, x);
+    }
+    /* directions an earlier collective holds past the first start: released then */
+    {
+        Py_ssize_t r = b_rd.len / sizeof(int64_t);
+        const int64_t *rd = b_rd.buf, *rh = b_rh.buf;
+        const double *rt = b_rt.buf;
+        for (Py_ssize_t j = 0; j < r; j++) {
+            s->holder[rd[j]][rh[j]] = EARLIER;
+            if (push(s, rt[j], rd[j] == 0 ? E_TX_RELEASED : E_RX_RELEASED, rh[j], 0) < 0)
+                goto done;
+        }
+    }
+    {
+        Py_ssize_t f = b_firsts.len / sizeof(int64_t);
+        const int64_t *firsts = b_firsts.buf;
+        for (Py_ssize_t j = 0; j < f; j++)
+            if (push(s, s->start[firsts[j]], E_RESUME, firsts[j], 0) < 0) goto done;
+    }
+    if (loop(s) < 0 && !s->refused) goto done;
+    {
+        PyObject *finish = PyList_New(n);
+        if (!finish) goto done;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *x = PyFloat_FromDouble(s->finish[k]);
+            if (!x) { Py_DECREF(finish); goto done; }
+            PyList_SET_ITEM(finish, k, x);
+        }
+        if (s->released_order)
+            memcpy(b_relo.buf, s->released_order,
+                   s->released_n * sizeof(int64_t) <= (size_t)b_relo.len
+                   ? s->released_n * sizeof(int64_t) : (size_t)b_relo.len);
+        result = Py_BuildValue("(NOni)", finish, s->marks, (Py_ssize_t)s->released_n,
+                               s->refused);
+    }
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(s->marks);
+    release(s);
+    PyBuffer_Release(&b_start); PyBuffer_Release(&b_host); PyBuffer_Release(&b_firsts);
+    PyBuffer_Release(&b_lat); PyBuffer_Release(&b_busy); PyBuffer_Release(&b_tx);
+    PyBuffer_Release(&b_rx); PyBuffer_Release(&b_thr0); PyBuffer_Release(&b_thr1);
+    PyBuffer_Release(&b_quiet); PyBuffer_Release(&b_rd); PyBuffer_Release(&b_rh);
+    PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
+    PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
+    PyBuffer_Release(&b_relo);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS, "fast_queues.simulate's event loop (see fast_queues._compiled)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_replay",
+    "fast_queues.simulate's event loop compiled, for replays at fixed CPU rates.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }

@@ -1,0 +1,209 @@
+"""``fast_queues.simulate``'s event loop compiled (``_replay.c``) against its Python loop.
+
+The compiled loop takes the replays at fixed CPU rates without the order note; the Python loop
+stays the reference (and runs where no compiler built the extension).  Every call below runs
+both ways on copies of its arguments: the same finish times and marks, the same order of
+processes passing marks, the same NIC state left for the next collective, the same releases,
+and the same refusals, to the bit.
+"""
+import collections
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from commsim.api import Scenario, predict
+from commsim.errors import UserError
+from commsim.sim import fast_queues as fq
+from commsim.sim.fast_queues import (ALL, COMPUTE, ENTER, EXCHANGE, EXIT, GHOST, GLOO, MARK,
+                                     RECV, SEND, WAIT, NicState)
+from test_fast_engine import THREADS
+from test_fast_whatifs import DISTINCT
+
+pytest.importorskip("commsim.sim._replay")
+
+
+def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics, **kw):
+    """``simulate`` in Python and compiled; raises unless they agree; the compiled answer."""
+    compiled = fq._replay
+    assert kw.get("cpus") is None and kw.get("ordered") is None
+    for program in programs:
+        seen.update(action[0] for action in program)
+    copies = copy.deepcopy((start, order, host, programs, messages, gloo, nics, kw))
+    answers = []
+    for loop, args in ((None, copies), (compiled, (start, order, host, programs, messages,
+                                                   gloo, nics, kw))):
+        fq._replay = loop
+        try:
+            answers.append((simulate(*args[:7], **args[7]), None))
+        except UserError as why:       # (NotExact)
+            answers.append((None, why))
+        finally:
+            fq._replay = compiled
+    (want, refused), (got, why) = answers
+    if refused or why:
+        assert (type(refused), str(refused)) == (type(why), str(why))
+        seen["refused"] += 1
+        raise why
+    assert [float(x) for x in want[0]] == [float(x) for x in got[0]]
+    assert want[1] == got[1]
+    for key in ("sequence", "released"):
+        assert copies[7].get(key) == kw.get(key)
+    for theirs, mine in zip(copies[6].free + copies[6].requested, nics.free + nics.requested):
+        np.testing.assert_array_equal(theirs, mine)
+    seen["calls"] += 1
+    return got
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """Every call the fast engine makes that the compiled loop takes, run both ways; the
+    actions seen (and refusals, calls) counted."""
+    counts = collections.Counter()
+    simulate = fq.simulate
+
+    def checked(*args, **kw):
+        if kw.get("cpus") is not None or kw.get("ordered") is not None:
+            return simulate(*args, **kw)
+        return both_ways(simulate, counts, *args, **kw)
+
+    monkeypatch.setattr(fq, "simulate", checked)
+    return counts
+
+
+def scenario(strategy, hosts, local, **kw):
+    kw.setdefault("cores_per_host", (THREADS + (strategy == "ddp")) * local)
+    return Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000,
+                    ranks_per_host=local, **kw)
+
+
+# Each replays on shared NICs: DDP's two processes a rank (spawn, signals, joins) with and
+# without the buffer broadcast's latch, folds beside a straggler and a slow link (the second
+# declines: a message would ask before an earlier collective's last request), and dp's
+# phases (messages awaited all at once).
+CASES = [("ddp", 3, 2, dict(algorithm="recursive_doubling")),
+         ("ddp", 3, 2, dict(algorithm="rabenseifner", broadcast_buffers=False)),
+         ("ring", 5, 2, dict(algorithm="recursive_doubling", stragglers={1: 1.5})),
+         ("ring", 4, 2, dict(algorithm="rabenseifner", slow_links_Bps={1: 30e6})),
+         ("dp", 2, 2, {})]
+
+
+def test_the_fast_engine_s_replays_are_the_same_both_ways(seen):
+    for strategy, hosts, local, kw in CASES:
+        try:
+            predict(DISTINCT, strategy, hosts, scenario(strategy, hosts, local, **kw),
+                    engine="fast")
+        except UserError:
+            pass
+    # every action but GHOST (only with processor sharing, which stays in Python: the test
+    # below posts them), and a refusal
+    assert set(seen) >= set(range(GHOST)) | {"refused", "calls"}, seen
+
+
+@st.composite
+def programs(draw):
+    """A few processes on a few hosts, messages between them posted in random orders with CPU
+    jobs, waits and marks between; dyadic times so that instants tie.  Some never complete
+    (a receive whose send comes after the sender's own receive): both loops must stop alike."""
+    hosts = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 6))
+    host = [draw(st.integers(0, hosts - 1)) for _ in range(n)]
+    times = st.sampled_from([0.0, 0.25, 0.5, 1.0])
+    count = draw(st.integers(0, 8)) if n > 1 else 0
+    columns = [[], [], [], [], [], []]
+    sides = [[] for _ in range(n)]
+    for m in range(count):
+        a, b = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+        across = host[a] != host[b]
+        for column, value in zip(columns, (a, b, draw(times), draw(times),
+                                           host[a] if across else -1,
+                                           host[b] if across else -1)):
+            column.append(value)
+        sides[a].append((SEND, m))
+        sides[b].append((RECV, m))
+    progs = []
+    for k in range(n):
+        mine = draw(st.permutations(sides[k]))
+        program = []
+        i = 0
+        while i < len(mine):
+            how = draw(st.sampled_from(["one", "pair", "all", "ghost"]))
+            if how == "pair" and i + 1 < len(mine) and mine[i][0] == SEND \
+                    and mine[i + 1][0] == RECV:
+                program.append((EXCHANGE, mine[i][1], mine[i + 1][1]))
+                i += 2
+            elif how == "all":
+                group = mine[i:i + 3]
+                program.append((ALL, tuple(m for kind, m in group if kind == SEND),
+                                [m for kind, m in group if kind == RECV]))
+                i += len(group)
+            elif how == "ghost":
+                program.append((GHOST, (mine[i][1],)))
+                i += 1
+            else:
+                program.append(mine[i])
+                i += 1
+            filler = draw(st.sampled_from([None, GLOO, COMPUTE, WAIT, MARK, ENTER, EXIT]))
+            if filler in (GLOO, COMPUTE, WAIT):
+                program.append((filler, draw(st.sampled_from([0.0, 0.5, 1.0, 1.5]))))
+            elif filler is not None:
+                program.append((filler,))
+        if draw(st.booleans()):
+            program.append((GLOO, draw(st.sampled_from([0.5, 1.0]))))
+        progs.append(program)
+    start = [draw(times) for _ in range(n)]
+    order = draw(st.permutations(range(n)))
+    nics = NicState(hosts)
+    for column in nics.free + nics.requested:
+        column[:] = [draw(st.sampled_from([-np.inf, 0.0, 0.25, 0.75])) for _ in range(hosts)]
+    left = draw(st.one_of(st.none(), st.lists(times, min_size=n, max_size=n)))
+    kw = dict(compute_rate=draw(st.sampled_from([1.0, 0.5])), left=left,
+              after_release=draw(st.booleans()), sequence=[], released={})
+    return start, list(order), host, progs, columns, draw(st.sampled_from([1.0, 2.0])), nics, kw
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_random_programs_are_the_same_both_ways(case):
+    start, order, host, progs, columns, gloo, nics, kw = case
+    try:
+        both_ways(fq.simulate, collections.Counter(), start, order, host, progs, columns, gloo,
+                  nics, **kw)
+    except UserError:
+        pass
+
+
+@st.composite
+def crowds(draw):
+    """Processes on a few hosts that post all their sends at once (GHOST) and then await their
+    receives: nothing deadlocks, and many messages meet on each NIC direction at tied
+    instants, released and requested within one instant."""
+    hosts = draw(st.integers(2, 3))
+    n = draw(st.integers(2, 7))
+    host = [draw(st.integers(0, hosts - 1)) for _ in range(n)]
+    columns = [[], [], [], [], [], []]
+    sends = [[] for _ in range(n)]
+    receives = [[] for _ in range(n)]
+    for m in range(draw(st.integers(1, 12))):
+        a, b = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+        across = host[a] != host[b]
+        for column, value in zip(columns, (a, b, draw(st.sampled_from([0.0, 0.25])),
+                                           draw(st.sampled_from([0.25, 0.5])),
+                                           host[a] if across else -1,
+                                           host[b] if across else -1)):
+            column.append(value)
+        sends[a].append(m)
+        receives[b].append(m)
+    progs = [[(GHOST, tuple(sends[k])), *((RECV, m) for m in draw(st.permutations(receives[k]))),
+              (GLOO, draw(st.sampled_from([0.25, 0.5])))] for k in range(n)]
+    start = [draw(st.sampled_from([0.0, 0.25])) for _ in range(n)]
+    return start, list(range(n)), host, progs, columns, 1.0, NicState(hosts), dict(sequence=[])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowds())
+def test_crowded_nic_directions_are_the_same_both_ways(case):
+    start, order, host, progs, columns, gloo, nics, kw = case
+    both_ways(fq.simulate, collections.Counter(), start, order, host, progs, columns, gloo,
+              nics, **kw)
