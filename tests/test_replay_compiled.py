@@ -18,7 +18,8 @@ from commsim.errors import UserError
 from commsim.sim import fast_queues as fq
 from commsim.sim.fast_queues import (ALL, COMPUTE, ENTER, EXCHANGE, EXIT, GHOST, GLOO, MARK,
                                      RECV, SEND, WAIT, NicState)
-from test_fast_engine import THREADS
+from test_fast_engine import PROFILE, THREADS
+from test_fast_sharing import EFFICIENCY, profile_named
 from test_fast_whatifs import DISTINCT
 
 pytest.importorskip("commsim.sim._replay")
@@ -27,7 +28,7 @@ pytest.importorskip("commsim.sim._replay")
 def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics, **kw):
     """``simulate`` in Python and compiled; raises unless they agree; the compiled answer."""
     compiled = fq._replay
-    assert kw.get("cpus") is None and kw.get("ordered") is None
+    assert kw.get("ordered") is None
     for program in programs:
         seen.update(action[0] for action in program)
     copies = copy.deepcopy((start, order, host, programs, messages, gloo, nics, kw))
@@ -52,6 +53,14 @@ def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics
         assert copies[7].get(key) == kw.get(key)
     for theirs, mine in zip(copies[6].free + copies[6].requested, nics.free + nics.requested):
         np.testing.assert_array_equal(theirs, mine)
+    if kw.get("cpus") is not None:          # the CPUs as the Python loop leaves them
+        theirs, mine = copies[7]["cpus"], kw["cpus"]
+        for name in ("done", "last", "busy", "computing", "talking", "started", "compute_s",
+                     "comm_s", "_order"):
+            assert getattr(theirs, name) == getattr(mine, name), name
+        assert [sorted(map(tuple, jobs)) for jobs in theirs.jobs] \
+            == [sorted(map(tuple, jobs)) for jobs in mine.jobs]
+        seen["shared"] += 1
     seen["calls"] += 1
     return got
 
@@ -64,7 +73,7 @@ def seen(monkeypatch):
     simulate = fq.simulate
 
     def checked(*args, **kw):
-        if kw.get("cpus") is not None or kw.get("ordered") is not None:
+        if kw.get("ordered") is not None or (kw.get("cpus") and not kw["cpus"].unused()):
             return simulate(*args, **kw)
         return both_ways(simulate, counts, *args, **kw)
 
@@ -96,9 +105,31 @@ def test_the_fast_engine_s_replays_are_the_same_both_ways(seen):
                     engine="fast")
         except UserError:
             pass
-    # every action but GHOST (only with processor sharing, which stays in Python: the test
-    # below posts them), and a refusal
+    # every action but GHOST (only in replays by class: below), and a refusal
     assert set(seen) >= set(range(GHOST)) | {"refused", "calls"}, seen
+
+
+# The DES's processor sharing (``SharedCpus``): crowded hosts out of step (each host's jobs
+# apart), one pool of cores (a heap of jobs), an efficiency curve, calibrated contention, the
+# binomial parameter server's replay by class (GHOST).
+SHARED = [(PROFILE, "ring", 2, dict(ranks_per_host=2, cores_per_host=1, stragglers={1: 1.5})),
+          (PROFILE, "ps", 4, dict(ranks_per_host=3, cores_per_host=1, stragglers={1: 1.5})),
+          (profile_named("contended"), "ddp", 3, dict(
+              ranks_per_host=4, shared_cpu_cores=2, algorithm="hierarchical",
+              stragglers={1: 1.5})),
+          (PROFILE, "ring", 3, dict(ranks_per_host=4, cores_per_host=2,
+                                    cpu_efficiency=EFFICIENCY, stragglers={1: 1.5})),
+          (profile_named("contended"), "ps", 21, dict(shared_cpu_cores=2, algorithm="binomial",
+                                                      stragglers={2: 1.5}))]
+
+
+def test_processor_sharing_is_the_same_both_ways(seen):
+    for profile, strategy, hosts, kw in SHARED:
+        before = seen["shared"]
+        sc = Scenario(global_batch=64 * hosts * kw.get("ranks_per_host", 1), **kw)
+        predict(profile, strategy, hosts, sc, engine="fast")
+        assert seen["shared"] > before, (strategy, kw)
+    assert seen[GHOST], seen
 
 
 @st.composite
@@ -146,7 +177,8 @@ def programs(draw):
                 i += 1
             filler = draw(st.sampled_from([None, GLOO, COMPUTE, WAIT, MARK, ENTER, EXIT]))
             if filler in (GLOO, COMPUTE, WAIT):
-                program.append((filler, draw(st.sampled_from([0.0, 0.5, 1.0, 1.5]))))
+                # (a tenth: work left that float rounding leaves a residue of)
+                program.append((filler, draw(st.sampled_from([0.0, 0.1, 0.5, 1.0, 1.5]))))
             elif filler is not None:
                 program.append((filler,))
         if draw(st.booleans()):
@@ -160,7 +192,36 @@ def programs(draw):
     left = draw(st.one_of(st.none(), st.lists(times, min_size=n, max_size=n)))
     kw = dict(compute_rate=draw(st.sampled_from([1.0, 0.5])), left=left,
               after_release=draw(st.booleans()), sequence=[], released={})
+    if draw(st.booleans()):
+        kw["cpus"] = draw(shared_cpus(host, columns))
     return start, list(order), host, progs, columns, draw(st.sampled_from([1.0, 2.0])), nics, kw
+
+
+@st.composite
+def shared_cpus(draw, host, columns):
+    """The DES's processor sharing: a pool (a heap of jobs) or each host's cores (its jobs in
+    a list), multiplicities, an efficiency curve, a contention curve; the messages' bytes."""
+    columns.append([draw(st.sampled_from([1.0, 4.0, 16.0])) for _ in columns[0]])
+    pool = draw(st.booleans())
+    return fq.SharedCpus(
+        [0] * len(host) if pool else host, draw(st.sampled_from([0.5, 1.0, 2.0])),
+        draw(st.sampled_from([1.0, 2.0])), draw(st.sampled_from([(), EFFICIENCY])),
+        draw(st.sampled_from([None, _Contention()])),
+        multiplicity=[draw(st.sampled_from([1.0, 2.0, 3.0])) for _ in host], per_job=not pool)
+
+
+class _Contention:
+    """A contention curve (``CostInputs``'s two methods): compute slows, and messages too,
+    with the compute threads per core."""
+    contention = True
+
+    @staticmethod
+    def compute_speed(load: float) -> float:
+        return 1.0 / (1.0 + load)
+
+    @staticmethod
+    def contended_Bps(load: float) -> float:
+        return 8.0 / (1.0 + load)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,8 +238,8 @@ def test_random_programs_are_the_same_both_ways(case):
 @st.composite
 def crowds(draw):
     """Processes on a few hosts that post all their sends at once (GHOST) and then await their
-    receives: nothing deadlocks, and many messages meet on each NIC direction at tied
-    instants, released and requested within one instant."""
+    receives, with CPU jobs between: nothing deadlocks, and many messages meet on each NIC
+    direction at tied instants, released and requested within one instant."""
     hosts = draw(st.integers(2, 3))
     n = draw(st.integers(2, 7))
     host = [draw(st.integers(0, hosts - 1)) for _ in range(n)]
@@ -195,10 +256,20 @@ def crowds(draw):
             column.append(value)
         sends[a].append(m)
         receives[b].append(m)
-    progs = [[(GHOST, tuple(sends[k])), *((RECV, m) for m in draw(st.permutations(receives[k]))),
-              (GLOO, draw(st.sampled_from([0.25, 0.5])))] for k in range(n)]
-    start = [draw(st.sampled_from([0.0, 0.25])) for _ in range(n)]
-    return start, list(range(n)), host, progs, columns, 1.0, NicState(hosts), dict(sequence=[])
+    # (tenths: ends that tie but for float rounding, which the residue rules settle)
+    jobs = st.sampled_from([(GLOO, 0.25), (GLOO, 0.1), (GLOO, 0.2), (COMPUTE, 0.5),
+                            (COMPUTE, 0.1), (COMPUTE, 0.3), (ENTER,), (EXIT,)])
+    progs = []
+    for k in range(n):
+        program = [(GHOST, tuple(sends[k]))]
+        for m in draw(st.permutations(receives[k])):
+            program += [(RECV, m), *draw(st.lists(jobs, max_size=2))]
+        progs.append(program)
+    start = [draw(st.sampled_from([0.0, 0.1, 0.25])) for _ in range(n)]
+    kw = dict(sequence=[])
+    if draw(st.booleans()):
+        kw["cpus"] = draw(shared_cpus(host, columns))
+    return start, list(range(n)), host, progs, columns, 1.0, NicState(hosts), kw
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

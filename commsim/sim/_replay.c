@@ -29,10 +29,23 @@ enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX
 
 static const double TOUCH_RTOL = 1e-12;
 static const double EPS = 1e-15;      /* engine._EPS: residue of no work left */
+static const double DUE_S = 1e-15;    /* fast_queues._DUE_S: a pool's job this close is done */
 
 typedef struct { double t; int64_t seq; int kind; int64_t a, b; } Event;
 typedef struct { double w, r; int64_t k; } Job;
 typedef struct { Job *v; int64_t n, cap; } Jobs;
+
+/* ``fast_queues.SharedCpus``'s jobs: on a pool, a heap keyed by (the CPU's work done per job
+ * at its end, arrival order), ``end`` and ``done0`` its work done when it came; with
+ * ``per_job``, a list in arrival order whose ``work`` is its work left. */
+typedef struct { double end; int64_t order, k; double threads; int compute; double work, done0; }
+    Shared;
+typedef struct { Shared *v; int64_t n, cap; } SharedJobs;
+
+/* A rate or a contended bandwidth, by the threads it depends on (the Python methods are asked
+ * once a key: they keep their own answers too). */
+#define MEMO 4096
+typedef struct { double key[3]; double value; int used; } Memo;
 
 typedef struct {
     /* the heap */
@@ -59,6 +72,20 @@ typedef struct {
     PyObject *marks, *sequence;
     double *released_t; int64_t *released_order; int64_t released_n;
     int refused;
+    /* processor sharing (``SharedCpus``), where given */
+    PyObject *cpus;
+    int per_job, contended;
+    const int64_t *cpu; const double *mult, *nbytes;
+    const int64_t *src, *dst;
+    double cores, threads;
+    Py_ssize_t ncpu;
+    double *done, *last_at, *busy_threads, *computing, *talking, *rate_c, *cap_c;
+    SharedJobs *shared;
+    int64_t order;
+    double *started, *compute_s, *comm_s;
+    char *has_started, *has_compute, *has_comm;
+    Memo *rates, *caps;
+    Shared *ended; int64_t ended_cap;
 } S;
 
 /* ---- the heap, ordered by (t, seq) ---- */
@@ -257,6 +284,229 @@ static int add_job(S *s, int64_t h, double w, double r, int64_t k) {
     return 0;
 }
 
+/* ---- ``SharedCpus``: the DES's processor sharing ---- */
+static int memo_get(S *s, Memo *memo, const char *method, int count, double a, double b,
+                    double c, double *out) {
+    double key[3] = {a, b, count == 3 ? c : 0.0};
+    uint64_t bits[3];
+    memcpy(bits, key, sizeof bits);
+    uint64_t i = mix(bits[0] ^ mix(bits[1] ^ mix(bits[2]))) & (MEMO - 1);
+    for (int probe = 0; probe < MEMO; probe++, i = (i + 1) & (MEMO - 1)) {
+        Memo *e = &memo[i];
+        if (e->used && !memcmp(e->key, key, sizeof key)) { *out = e->value; return 0; }
+        if (!e->used) break;
+    }
+    PyObject *r = count == 3 ? PyObject_CallMethod(s->cpus, method, "ddd", a, b, c)
+                             : PyObject_CallMethod(s->cpus, method, "dd", a, b);
+    if (!r) return -1;
+    double v = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    if (!memo[i].used) { memcpy(memo[i].key, key, sizeof key); memo[i].value = v; memo[i].used = 1; }
+    *out = v;
+    return 0;
+}
+
+static int cpu_rate(S *s, int64_t c, double *out) {
+    if (isnan(s->rate_c[c]) && memo_get(s, s->rates, "rate_at", 3, s->busy_threads[c],
+                                        s->computing[c], s->talking[c], &s->rate_c[c]) < 0)
+        return -1;
+    *out = s->rate_c[c];
+    return 0;
+}
+
+static int cpu_cap(S *s, int64_t c, double *out) {
+    if (isnan(s->cap_c[c]) && memo_get(s, s->caps, "cap_at", 2, s->computing[c],
+                                       s->talking[c], 0.0, &s->cap_c[c]) < 0)
+        return -1;
+    *out = s->cap_c[c];
+    return 0;
+}
+
+static int cpu_advance(S *s, int64_t c, double t) {
+    double last = s->last_at[c];
+    SharedJobs *jobs = &s->shared[c];
+    if (t > last && jobs->n) {
+        double rate;
+        if (cpu_rate(s, c, &rate) < 0) return -1;
+        double progress = (t - last) * rate;
+        if (s->per_job) {
+            for (int64_t j = 0; j < jobs->n; j++) jobs->v[j].work -= progress;
+        } else {
+            s->done[c] += progress;
+        }
+    }
+    s->last_at[c] = t;
+    return 0;
+}
+
+static inline int shared_before(const Shared *x, const Shared *y) {
+    return x->end < y->end || (x->end == y->end && x->order < y->order);
+}
+
+static int shared_add(S *s, SharedJobs *jobs, Shared job) {
+    if (jobs->n == jobs->cap) {
+        int64_t cap = jobs->cap ? 2 * jobs->cap : 8;
+        Shared *v = realloc(jobs->v, cap * sizeof(Shared));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        jobs->v = v; jobs->cap = cap;
+    }
+    int64_t i = jobs->n++;
+    if (!s->per_job) {             /* sift up */
+        while (i > 0) {
+            int64_t p = (i - 1) / 2;
+            if (!shared_before(&job, &jobs->v[p])) break;
+            jobs->v[i] = jobs->v[p];
+            i = p;
+        }
+    }
+    jobs->v[i] = job;
+    return 0;
+}
+
+static Shared shared_pop(SharedJobs *jobs) {
+    Shared top = jobs->v[0], e = jobs->v[--jobs->n];
+    int64_t i = 0, n = jobs->n;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && shared_before(&jobs->v[c + 1], &jobs->v[c])) c++;
+        if (!shared_before(&jobs->v[c], &e)) break;
+        jobs->v[i] = jobs->v[c];
+        i = c;
+    }
+    if (n) jobs->v[i] = e;
+    return top;
+}
+
+static int64_t cpu_arrive(S *s, int64_t k, double t, double work, int compute) {
+    int64_t c = s->cpu[k];
+    if (cpu_advance(s, c, t) < 0) return -1;
+    double threads = (compute ? s->threads : 1.0) * s->mult[k];
+    Shared job = {s->done[c] + work, s->order, k, threads, compute, work, s->done[c]};
+    if (shared_add(s, &s->shared[c], job) < 0) return -1;
+    s->order++;
+    s->busy_threads[c] += threads;
+    s->rate_c[c] = s->cap_c[c] = NAN;
+    if (compute) s->computing[c] += threads;
+    s->started[k] = t; s->has_started[k] = 1;
+    return c;
+}
+
+static int64_t cpu_communicating(S *s, int64_t k, double t, int delta) {
+    int64_t c = s->cpu[k];
+    if (cpu_advance(s, c, t) < 0) return -1;
+    s->talking[c] += delta * s->mult[k];
+    s->rate_c[c] = s->cap_c[c] = NAN;
+    s->comm_s[k] = s->comm_s[k] - delta * t; s->has_comm[k] = 1;
+    return c;
+}
+
+/* When the CPU's first job ends at its current rate; 1 if it has one. */
+static int cpu_next_end(S *s, int64_t c, double t, double *end) {
+    SharedJobs *jobs = &s->shared[c];
+    if (!jobs->n) return 0;
+    double rate;
+    if (cpu_rate(s, c, &rate) < 0) return -1;
+    if (s->per_job) {
+        double w = jobs->v[0].work;
+        for (int64_t j = 1; j < jobs->n; j++)
+            if (jobs->v[j].work < w) w = jobs->v[j].work;
+        *end = t + nonnegative(w / rate);
+    } else {
+        double left = jobs->v[0].work - (s->done[c] - jobs->v[0].done0);
+        *end = t + nonnegative(left) / rate;
+    }
+    return 1;
+}
+
+static int cpu_reschedule(S *s, int64_t c, double t) {
+    int64_t version = ++s->timer[c];
+    double end;
+    int has = cpu_next_end(s, c, t, &end);
+    if (has < 0) return -1;
+    return has ? push(s, end, E_TIMER, c, version) : 0;
+}
+
+/* ``SharedCpus.finish_due``: the jobs ending now resumed in arrival order. */
+static int cpu_finish_due(S *s, int64_t c, double t) {
+    if (cpu_advance(s, c, t) < 0) return -1;
+    SharedJobs *jobs = &s->shared[c];
+    int64_t count = 0;
+#define ENDED(job) do { \
+        if (count == s->ended_cap) { \
+            Shared *v = realloc(s->ended, (s->ended_cap ? 2 * s->ended_cap : 16) * sizeof(Shared)); \
+            if (!v) { PyErr_NoMemory(); return -1; } \
+            s->ended = v; s->ended_cap = s->ended_cap ? 2 * s->ended_cap : 16; \
+        } \
+        s->ended[count++] = (job); } while (0)
+    if (s->per_job) {
+        int any = 0;
+        for (int64_t j = 0; j < jobs->n; j++)
+            if (jobs->v[j].work <= EPS * fmax(1.0, jobs->v[j].work)) { any = 1; break; }
+        if (any) {
+            int64_t kept = 0;
+            for (int64_t j = 0; j < jobs->n; j++) {
+                Shared job = jobs->v[j];
+                if (job.work <= EPS * fmax(1.0, job.work)) ENDED(job);
+                else jobs->v[kept++] = job;
+            }
+            jobs->n = kept;
+        } else if (jobs->n) {
+            int64_t best = 0;
+            for (int64_t j = 1; j < jobs->n; j++)
+                if (jobs->v[j].work < jobs->v[best].work) best = j;
+            ENDED(jobs->v[best]);
+            memmove(jobs->v + best, jobs->v + best + 1, (jobs->n - best - 1) * sizeof(Shared));
+            jobs->n--;
+        }
+    } else {
+        ENDED(shared_pop(jobs));
+        while (jobs->n) {
+            double left = jobs->v[0].work - (s->done[c] - jobs->v[0].done0);
+            if (left > DUE_S * fmax(1.0, left)) break;
+            ENDED(shared_pop(jobs));
+        }
+    }
+#undef ENDED
+    if (!jobs->n) s->done[c] = 0.0;
+    for (int64_t i = 1; i < count; i++) {        /* (few: insertion sort by arrival) */
+        Shared x = s->ended[i];
+        int64_t j = i;
+        while (j > 0 && s->ended[j - 1].order > x.order) { s->ended[j] = s->ended[j - 1]; j--; }
+        s->ended[j] = x;
+    }
+    s->rate_c[c] = s->cap_c[c] = NAN;
+    for (int64_t i = 0; i < count; i++) {
+        Shared *job = &s->ended[i];
+        s->busy_threads[c] -= job->threads;
+        if (job->compute) {
+            s->computing[c] -= job->threads;
+            s->compute_s[job->k] = s->compute_s[job->k] + t - s->started[job->k];
+            s->has_compute[job->k] = 1;
+        }
+    }
+    for (int64_t i = 0; i < count; i++)
+        if (push(s, t, E_RESUME, s->ended[i].k, 0) < 0) return -1;
+    return 0;
+}
+
+/* ``SharedCpus.message_s``: the wire time, or the contended bandwidth's at the busier end. */
+static int cpu_message_s(S *s, int64_t what, double *out) {
+    double busy = s->busy[what];
+    if (!s->contended) { *out = busy; return 0; }
+    int64_t c = s->cpu[s->src[what]], d = s->cpu[s->dst[what]];
+    double cap, other;
+    if (cpu_cap(s, c, &cap) < 0) return -1;
+    if (d != c) {
+        if (cpu_cap(s, d, &other) < 0) return -1;
+        if (other < cap) cap = other;
+    }
+    double x = s->nbytes[what] / cap;
+    *out = x > busy ? x : busy;
+    return 0;
+}
+
 /* ---- a process's program ---- */
 static inline PyObject *item(PyObject *action, Py_ssize_t i) {
     return PyTuple_Check(action) ? PyTuple_GET_ITEM(action, i) : PyList_GET_ITEM(action, i);
@@ -303,6 +553,10 @@ static int run_rank(S *s, int64_t k, double t) {
             if (w > 0) {
                 int64_t h = s->host[k];
                 if (s->quiet_n && s->has_quiet[h] && settled(s, h, t) < 0) return -1;
+                if (s->cpus) {
+                    int64_t c = cpu_arrive(s, k, t, w, kind == COMPUTE);
+                    return c < 0 ? -1 : cpu_reschedule(s, c, t);
+                }
                 advance(s, h, t);
                 double rate = kind == GLOO ? s->gloo : s->compute_rate;
                 if (add_job(s, h, w, rate, k) < 0) return -1;
@@ -376,6 +630,9 @@ static int run_rank(S *s, int64_t k, double t) {
                 key = key_of(k - s->pairs, -1);
             }
             if (!fired_has(s, key)) { s->pc[k] = i; s->waits[k] = key; return 0; }
+        } else if ((kind == ENTER || kind == EXIT) && s->cpus) {
+            int64_t c = cpu_communicating(s, k, t, kind == ENTER ? 1 : -1);
+            if (c < 0 || cpu_reschedule(s, c, t) < 0) return -1;
         } else if (kind == ENTER || kind == EXIT) {
             advance(s, s->host[k], t);
             if (reschedule(s, s->host[k], t) < 0) return -1;
@@ -404,6 +661,10 @@ static int run_spawned(S *s, double t) {
 /* The jobs done at a timer (``engine.finished_jobs``), resumed in arrival order. */
 static int on_timer(S *s, int64_t h, int64_t version, double t) {
     if (version != s->timer[h]) return 0;
+    if (s->cpus) {                    /* (h is a CPU's index) */
+        if (cpu_finish_due(s, h, t) < 0) return -1;
+        return cpu_reschedule(s, h, t);
+    }
     advance(s, h, t);
     Jobs *running = &s->jobs[h];
     if (running->n == 1) {            /* (done, by residue or as the closest) */
@@ -466,9 +727,12 @@ static int loop(S *s) {
         case E_TX_GRANTED:
             if (request(s, 1, s->rx[what], what, t) < 0) return -1;
             break;
-        case E_RX_GRANTED:
-            if (push(s, t + s->busy[what], E_END, what, 0) < 0) return -1;
+        case E_RX_GRANTED: {
+            double wire = s->busy[what];
+            if (s->cpus && cpu_message_s(s, what, &wire) < 0) return -1;
+            if (push(s, t + wire, E_END, what, 0) < 0) return -1;
             break;
+        }
         case E_DELIVERED:
             if (push(s, t, E_DONE, what, 0) < 0) return -1;
             break;
@@ -535,6 +799,68 @@ static void release(S *s) {
         free(s->fast);
     }
     free(s->actions); free(s->lengths);
+    if (s->shared) {
+        for (Py_ssize_t c = 0; c < s->ncpu; c++) free(s->shared[c].v);
+        free(s->shared);
+    }
+    free(s->done); free(s->last_at); free(s->busy_threads); free(s->computing);
+    free(s->talking); free(s->rate_c); free(s->cap_c); free(s->started); free(s->compute_s);
+    free(s->comm_s); free(s->has_started); free(s->has_compute); free(s->has_comm);
+    free(s->rates); free(s->caps); free(s->ended);
+}
+
+static PyObject *floats(const double *x, Py_ssize_t count) {
+    PyObject *list = PyList_New(count);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = PyFloat_FromDouble(x[i]);
+        if (!v) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+static PyObject *some(const double *x, const char *has, Py_ssize_t count) {
+    PyObject *dict = PyDict_New();
+    if (!dict) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!has[i]) continue;
+        PyObject *k = PyLong_FromSsize_t(i), *v = PyFloat_FromDouble(x[i]);
+        int r = k && v ? PyDict_SetItem(dict, k, v) : -1;
+        Py_XDECREF(k); Py_XDECREF(v);
+        if (r < 0) { Py_DECREF(dict); return NULL; }
+    }
+    return dict;
+}
+
+/* What SharedCpus holds after the replay, as its Python loop leaves it: (done, last, busy,
+ * computing, talking, jobs, started, compute_s, comm_s, order). */
+static PyObject *cpus_state(S *s) {
+    PyObject *jobs = PyList_New(s->ncpu);
+    if (!jobs) return NULL;
+    for (Py_ssize_t c = 0; c < s->ncpu; c++) {
+        SharedJobs *js = &s->shared[c];
+        PyObject *list = PyList_New(js->n);
+        if (!list) { Py_DECREF(jobs); return NULL; }
+        PyList_SET_ITEM(jobs, c, list);
+        for (int64_t j = 0; j < js->n; j++) {
+            Shared *x = &js->v[j];
+            PyObject *job = s->per_job
+                ? Py_BuildValue("[dLLdO]", x->work, (long long)x->order, (long long)x->k,
+                                x->threads, x->compute ? Py_True : Py_False)
+                : Py_BuildValue("(dLLdOdd)", x->end, (long long)x->order, (long long)x->k,
+                                x->threads, x->compute ? Py_True : Py_False, x->work,
+                                x->done0);
+            if (!job) { Py_DECREF(jobs); return NULL; }
+            PyList_SET_ITEM(list, j, job);
+        }
+    }
+    return Py_BuildValue("(NNNNNNNNNL)", floats(s->done, s->ncpu), floats(s->last_at, s->ncpu),
+                         floats(s->busy_threads, s->ncpu), floats(s->computing, s->ncpu),
+                         floats(s->talking, s->ncpu), jobs,
+                         some(s->started, s->has_started, s->n),
+                         some(s->compute_s, s->has_compute, s->n),
+                         some(s->comm_s, s->has_comm, s->n), (long long)s->order);
 }
 
 static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *name) {
@@ -555,19 +881,34 @@ static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *nam
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
         b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo;
-    PyObject *programs, *sequence;
+    PyObject *programs, *sequence, *shared;
     double gloo, compute_rate;
     long long pairs, together;
-    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*O",
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OO",
                           &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
                           &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
                           &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
-                          &b_free1, &b_rel, &b_relo, &sequence))
+                          &b_free1, &b_rel, &b_relo, &sequence, &shared))
         return NULL;
     S st;
     memset(&st, 0, sizeof st);
     S *s = &st;
     PyObject *result = NULL;
+    /* processor sharing: (SharedCpus, cpu, multiplicity, cores, threads, per_job, contended,
+     * src, dst, bytes, done, last, busy, computing, talking, order) */
+    Py_buffer b_cpu = {0}, b_mult = {0}, b_src = {0}, b_dst = {0}, b_bytes = {0},
+        b_done = {0}, b_last = {0}, b_bthr = {0}, b_comp = {0}, b_talk = {0};
+    long long order0 = 0;
+    if (shared != Py_None) {
+        if (!PyArg_ParseTuple(shared, "Oy*y*ddiiy*y*y*y*y*y*y*y*L", &s->cpus, &b_cpu, &b_mult,
+                              &s->cores, &s->threads, &s->per_job, &s->contended, &b_src,
+                              &b_dst, &b_bytes, &b_done, &b_last, &b_bthr, &b_comp, &b_talk,
+                              &order0)) {
+            s->cpus = NULL;
+            goto done;
+        }
+        s->order = order0;
+    }
     Py_ssize_t n = b_start.len / sizeof(double), m = b_lat.len / sizeof(double);
     Py_ssize_t hosts = b_thr0.len / sizeof(double);
     s->n = n; s->m = m; s->hosts = hosts;
@@ -634,7 +975,42 @@ static PyObject *run(PyObject *self, PyObject *args) {
     s->fired_cap = 64;
     ZALLOC(s->fired, s->fired_cap);
     memset(s->fired, 0xff, s->fired_cap * sizeof(int64_t));
-    ZALLOC(s->jobs, hosts); ZALLOC(s->advanced, hosts); ZALLOC(s->timer, hosts);
+    ZALLOC(s->jobs, hosts); ZALLOC(s->advanced, hosts);
+    if (s->cpus) {
+        Py_ssize_t ncpu = b_done.len / sizeof(double);
+        s->ncpu = ncpu;
+        if (need(&b_cpu, n, 8, "cpu") < 0 || need(&b_mult, n, 8, "multiplicity") < 0
+                || need(&b_src, m, 8, "src") < 0 || need(&b_dst, m, 8, "dst") < 0
+                || need(&b_bytes, m, 8, "bytes") < 0 || need(&b_last, ncpu, 8, "last") < 0
+                || need(&b_bthr, ncpu, 8, "busy") < 0 || need(&b_comp, ncpu, 8, "computing") < 0
+                || need(&b_talk, ncpu, 8, "talking") < 0)
+            goto done;
+        s->cpu = b_cpu.buf; s->mult = b_mult.buf; s->src = b_src.buf; s->dst = b_dst.buf;
+        s->nbytes = b_bytes.buf;
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (s->cpu[k] < 0 || s->cpu[k] >= ncpu) {
+                PyErr_SetString(PyExc_ValueError, "a process's CPU is past the CPUs");
+                goto done;
+            }
+        for (Py_ssize_t j = 0; j < m; j++)
+            if (s->src[j] < 0 || s->src[j] >= n || s->dst[j] < 0 || s->dst[j] >= n) {
+                PyErr_SetString(PyExc_ValueError, "a message's process is past the processes");
+                goto done;
+            }
+        ZALLOC(s->done, ncpu); ZALLOC(s->last_at, ncpu); ZALLOC(s->busy_threads, ncpu);
+        ZALLOC(s->computing, ncpu); ZALLOC(s->talking, ncpu); ZALLOC(s->rate_c, ncpu);
+        ZALLOC(s->cap_c, ncpu); ZALLOC(s->shared, ncpu);
+        memcpy(s->done, b_done.buf, ncpu * sizeof(double));
+        memcpy(s->last_at, b_last.buf, ncpu * sizeof(double));
+        memcpy(s->busy_threads, b_bthr.buf, ncpu * sizeof(double));
+        memcpy(s->computing, b_comp.buf, ncpu * sizeof(double));
+        memcpy(s->talking, b_talk.buf, ncpu * sizeof(double));
+        for (Py_ssize_t c = 0; c < ncpu; c++) s->rate_c[c] = s->cap_c[c] = NAN;
+        ZALLOC(s->started, n); ZALLOC(s->compute_s, n); ZALLOC(s->comm_s, n);
+        ZALLOC(s->has_started, n); ZALLOC(s->has_compute, n); ZALLOC(s->has_comm, n);
+        ZALLOC(s->rates, MEMO); ZALLOC(s->caps, MEMO);
+    }
+    ZALLOC(s->timer, hosts > s->ncpu ? hosts : s->ncpu);
     for (int d = 0; d < 2; d++) {
         ZALLOC(s->holder[d], hosts); ZALLOC(s->head[d], hosts); ZALLOC(s->tail[d], hosts);
         ZALLOC(s->passed[d], hosts);
@@ -683,8 +1059,15 @@ static PyObject *run(PyObject *self, PyObject *args) {
             memcpy(b_relo.buf, s->released_order,
                    s->released_n * sizeof(int64_t) <= (size_t)b_relo.len
                    ? s->released_n * sizeof(int64_t) : (size_t)b_relo.len);
-        result = Py_BuildValue("(NOni)", finish, s->marks, (Py_ssize_t)s->released_n,
-                               s->refused);
+        PyObject *state = Py_None;
+        Py_INCREF(state);
+        if (s->cpus && !s->refused) {
+            Py_DECREF(state);
+            state = cpus_state(s);
+            if (!state) { Py_DECREF(finish); goto done; }
+        }
+        result = Py_BuildValue("(NOniN)", finish, s->marks, (Py_ssize_t)s->released_n,
+                               s->refused, state);
     }
     goto done;
 nomem:
@@ -699,6 +1082,12 @@ done:
     PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
     PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
     PyBuffer_Release(&b_relo);
+    if (shared != Py_None) {
+        PyBuffer_Release(&b_cpu); PyBuffer_Release(&b_mult); PyBuffer_Release(&b_src);
+        PyBuffer_Release(&b_dst); PyBuffer_Release(&b_bytes); PyBuffer_Release(&b_done);
+        PyBuffer_Release(&b_last); PyBuffer_Release(&b_bthr); PyBuffer_Release(&b_comp);
+        PyBuffer_Release(&b_talk);
+    }
     return result;
 }
 

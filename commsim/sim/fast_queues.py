@@ -157,6 +157,21 @@ class SharedCpus:
         self.comm_s = {}                             # process -> seconds inside collectives
         self._order = 0
 
+    def unused(self) -> bool:
+        """Whether no job has come yet, nor a process counted a second (the compiled loop
+        takes these: ``_compiled``)."""
+        return not (any(self.jobs) or self.started or self.compute_s or self.comm_s)
+
+    def adopt(self, done, last, busy, computing, talking, jobs, started, compute_s, comm_s,
+              order) -> None:
+        """The state the compiled loop left (``_replay.c``'s ``cpus_state``)."""
+        self.done, self.last, self.busy, self.computing, self.talking = \
+            done, last, busy, computing, talking
+        self.jobs, self.started, self.compute_s, self.comm_s = jobs, started, compute_s, comm_s
+        self._order = order
+        self._rate = [None] * len(done)
+        self._cap = [None] * len(done)
+
     def rate(self, c: int) -> float:
         """``ProcessorSharingCPU._rate`` (kept until the CPU's jobs or talking ranks change)."""
         rate = self._rate[c]
@@ -432,10 +447,11 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     transmits, releases both (each waiter granted in FIFO order) and is delivered a latency
     later; a rank waiting for its messages resumes when they all are delivered.
     """
-    if _replay is not None and cpus is None and ordered is None:
+    if _replay is not None and ordered is None and (cpus is None or cpus.unused()):
         return _compiled(start, order, host, programs, messages, gloo, nics, pairs=pairs,
-                         compute_rate=compute_rate, together=together, released=released,
-                         sequence=sequence, after_release=after_release, left=left)
+                         compute_rate=compute_rate, together=together, cpus=cpus,
+                         released=released, sequence=sequence, after_release=after_release,
+                         left=left)
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
@@ -838,12 +854,14 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 
 
 def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int,
-              compute_rate: float, together: int, released: dict | None,
-              sequence: list | None, after_release: bool, left: list | None):
-    """``simulate`` at fixed CPU rates without the order note, its event loop compiled
-    (``_replay.c``): the same arguments and answer.  Here the arrays the loop reads are made:
-    the NIC directions' earlier state per host, the releases to schedule, the start order,
-    and per host when its last process left the earlier collective."""
+              compute_rate: float, together: int, cpus: SharedCpus | None,
+              released: dict | None, sequence: list | None, after_release: bool,
+              left: list | None):
+    """``simulate`` without the order note, its event loop compiled (``_replay.c``): the
+    same arguments and answer, and ``cpus`` left as the Python loop leaves it.  Here the
+    arrays the loop reads are made: the NIC directions' earlier state per host, the releases
+    to schedule, the start order, per host when its last process left the earlier
+    collective, and the CPUs' state."""
     start_a = np.asarray(start, dtype=np.float64)
     host_a = np.ascontiguousarray(host, dtype=np.int64)
     n, hosts = len(start_a), len(nics.free[0])
@@ -871,13 +889,23 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
     m = len(lat)
     released_t = np.full(m if released is not None else 0, np.nan)
     released_order = np.empty(m if released is not None else 0, dtype=np.int64)
-    finish, marks, count, refused = _replay.run(
+    shared = None
+    if cpus is not None:
+        floats = [np.array(x, dtype=np.float64) for x in (
+            cpus.m, messages[6], cpus.done, cpus.last, cpus.busy, cpus.computing, cpus.talking)]
+        shared = (cpus, np.array(cpus.cpu, dtype=np.int64), floats[0], cpus.cores,
+                  cpus.threads, int(cpus.per_job), int(cpus.costs is not None),
+                  *(np.ascontiguousarray(x, dtype=np.int64) for x in messages[:2]),
+                  *floats[1:], cpus._order)
+    finish, marks, count, refused, state = _replay.run(
         start_a, host_a, firsts.astype(np.int64), programs, lat, busy, tx, rx,
-        float(gloo), float(compute_rate), int(pairs), int(together),
-        *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
+        float(gloo if gloo is not None else 1.0), float(compute_rate), int(pairs),
+        int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence)
+        sequence, shared)
+    if state is not None:
+        cpus.adopt(*state)
     if refused:
         from commsim.sim.fast_collectives import NotExact
         raise NotExact(_ASKED_BEFORE if refused == 1 else _LEFT_AFTER)
