@@ -48,8 +48,10 @@ typedef struct { Shared *v; int64_t n, cap; } SharedJobs;
 typedef struct { double key[3]; double value; int used; } Memo;
 
 typedef struct {
-    /* the heap */
+    /* the heap of later events, and the queue of the instant being run (``now``) */
     Event *heap; int64_t size, cap, seq;
+    Event *queue; int64_t q_head, q_tail, q_cap;
+    double now;
     /* inputs */
     Py_ssize_t n, m, hosts;
     const double *lat, *busy, *threshold[2], *start;
@@ -93,7 +95,26 @@ static inline int before(const Event *x, const Event *y) {
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-static int push(S *s, double t, int kind, int64_t a, int64_t b) {
+/* An event at the instant being run joins the end of that instant's queue (its sequence
+ * number is the largest there); a later one goes on the heap. */
+static inline __attribute__((always_inline)) int push(S *s, double t, int kind, int64_t a,
+                                                      int64_t b) {
+    if (t == s->now) {
+        if (s->q_tail == s->q_cap) {
+            if (s->q_head > 0) {
+                memmove(s->queue, s->queue + s->q_head, (s->q_tail - s->q_head) * sizeof(Event));
+                s->q_tail -= s->q_head; s->q_head = 0;
+            }
+            if (s->q_tail == s->q_cap) {
+                int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
+                Event *q = realloc(s->queue, cap * sizeof(Event));
+                if (!q) { PyErr_NoMemory(); return -1; }
+                s->queue = q; s->q_cap = cap;
+            }
+        }
+        s->queue[s->q_tail++] = (Event){t, s->seq++, kind, a, b};
+        return 0;
+    }
     if (s->size == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 1024;
         Event *h = realloc(s->heap, cap * sizeof(Event));
@@ -112,7 +133,7 @@ static int push(S *s, double t, int kind, int64_t a, int64_t b) {
     return 0;
 }
 
-static Event pop(S *s) {
+static inline __attribute__((always_inline)) Event pop(S *s) {
     Event top = s->heap[0];
     Event e = s->heap[--s->size];
     int64_t i = 0, n = s->size;
@@ -698,10 +719,33 @@ static int on_timer(S *s, int64_t h, int64_t version, double t) {
     return reschedule(s, h, t);
 }
 
+/* The next event: the instant's queue first; else the heap's first instant, all its events
+ * moved to the queue in their order. */
+static inline int next(S *s, Event *e) {
+    if (s->q_head == s->q_tail) {
+        s->q_head = s->q_tail = 0;
+        if (!s->size) return 0;
+        s->now = s->heap[0].t;
+        while (s->size && s->heap[0].t == s->now) {
+            Event x = pop(s);
+            if (s->q_tail == s->q_cap) {
+                int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
+                Event *q = realloc(s->queue, cap * sizeof(Event));
+                if (!q) { PyErr_NoMemory(); return -1; }
+                s->queue = q; s->q_cap = cap;
+            }
+            s->queue[s->q_tail++] = x;
+        }
+    }
+    *e = s->queue[s->q_head++];
+    return 1;
+}
+
 static int loop(S *s) {
-    while (s->size) {
-        Event e = pop(s);
-        double t = e.t;
+    Event e;
+    int more;
+    while ((more = next(s, &e)) > 0) {
+        double t = s->now;            /* (the instant's first time, as Python's key for it) */
         int64_t what = e.a;
         switch (e.kind) {
         case E_DONE:
@@ -779,11 +823,11 @@ static int loop(S *s) {
         }
         if (run_spawned(s, t) < 0) return -1;
     }
-    return 0;
+    return more;
 }
 
 static void release(S *s) {
-    free(s->heap); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
+    free(s->heap); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
     free(s->pc); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
     free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
     if (s->jobs) {
@@ -893,6 +937,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     S st;
     memset(&st, 0, sizeof st);
     S *s = &st;
+    s->now = -INFINITY;           /* (the first events go on the heap) */
     PyObject *result = NULL;
     /* processor sharing: (SharedCpus, cpu, multiplicity, cores, threads, per_job, contended,
      * src, dst, bytes, done, last, busy, computing, talking, order) */
