@@ -53,6 +53,7 @@ from commsim.costs import cost_inputs
 from commsim.errors import UserError
 from commsim.profile import (CollectiveFit, ComputeTable, NetworkFit, Profile, ProfileError, load,
                              load_default)
+from commsim.sim import fast_queues
 from commsim.sim.fast import des_messages, unsupported
 from commsim.simulate import AUTO_DES_MESSAGES
 
@@ -332,7 +333,8 @@ def main(argv=None) -> int:
             args.ranks = "1000,1024"
     rank_counts = [int(x) for x in args.ranks.split(",")]
     print(f"profile: {prof.model_name}, {len(prof.params)} tensors, {prof.model_bytes / 1e6:.1f} MB "
-          f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores")
+          f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores; "
+          f"replays' event loop: {'compiled' if fast_queues._replay else 'Python (no compiler)'}")
     print("in-process: forked from this process (commsim imported, profile loaded); fresh: "
           f"python -m commsim predict ... --engine fast, start-up included (bytecode compiled, "
           f"as pip install leaves it), the median of {FRESH_RUNS}")
