@@ -31,6 +31,9 @@ static const double TOUCH_RTOL = 1e-12;
 static const double EPS = 1e-15;      /* engine._EPS: residue of no work left */
 static const double DUE_S = 1e-15;    /* fast_queues._DUE_S: a pool's job this close is done */
 
+/* engine.residue: whether work left is float residue of none (the job is done). */
+static inline int residue(double left) { return left <= EPS * fmax(1.0, left); }
+
 typedef struct { double t; int64_t seq; int kind; int64_t a, b; } Event;
 typedef struct { double w, r; int64_t k; } Job;
 typedef struct { Job *v; int64_t n, cap; } Jobs;
@@ -88,31 +91,94 @@ typedef struct {
     char *has_started, *has_compute, *has_comm;
     Memo *rates, *caps;
     Shared *ended; int64_t ended_cap;
+    Job *done_jobs; int64_t done_cap;
 } S;
 
-/* ---- the heap, ordered by (t, seq) ---- */
+/* ---- binary heaps: the events by (t, seq), a pool's jobs by (end, order) ---- */
 static inline int before(const Event *x, const Event *y) {
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static inline int shared_before(const Shared *x, const Shared *y) {
+    return x->end < y->end || (x->end == y->end && x->order < y->order);
+}
+
+/* NAME_up(v, i, x): x placed at slot i (the heap's new last) and sifted up;
+ * NAME_pop(v, &n): the first taken off, the last sifted down in its place. */
+#define HEAP(NAME, TYPE, BEFORE)                                                         \
+    static inline __attribute__((always_inline)) void NAME##_up(TYPE *v, int64_t i,      \
+                                                                TYPE x) {                \
+        while (i > 0) {                                                                  \
+            int64_t p = (i - 1) / 2;                                                     \
+            if (!BEFORE(&x, &v[p])) break;                                               \
+            v[i] = v[p];                                                                 \
+            i = p;                                                                       \
+        }                                                                                \
+        v[i] = x;                                                                        \
+    }                                                                                    \
+    static inline __attribute__((always_inline)) TYPE NAME##_pop(TYPE *v, int64_t *size) { \
+        TYPE top = v[0], e = v[--*size];                                                 \
+        int64_t i = 0, n = *size;                                                        \
+        for (;;) {                                                                       \
+            int64_t c = 2 * i + 1;                                                       \
+            if (c >= n) break;                                                           \
+            if (c + 1 < n && BEFORE(&v[c + 1], &v[c])) c++;                              \
+            if (!BEFORE(&v[c], &e)) break;                                               \
+            v[i] = v[c];                                                                 \
+            i = c;                                                                       \
+        }                                                                                \
+        if (n) v[i] = e;                                                                 \
+        return top;                                                                      \
+    }
+HEAP(events, Event, before)
+HEAP(jobs, Shared, shared_before)
+
+/* NAME_finished(v, &n, out): ``engine.finished_jobs`` on the n jobs v (in arrival order, WORK
+ * their work left): those within residue of none, in their order, else the one closest to
+ * done, moved to out (room for n); their count. */
+#define FINISHED(NAME, TYPE, WORK)                                                       \
+    static int64_t NAME##_finished(TYPE *v, int64_t *n, TYPE *out) {                     \
+        int64_t count = 0, kept = 0;                                                     \
+        for (int64_t j = 0; j < *n; j++) {                                               \
+            if (residue(v[j].WORK)) out[count++] = v[j];                                 \
+            else v[kept++] = v[j];                                                       \
+        }                                                                                \
+        *n = kept;                                                                       \
+        if (count || !kept) return count;                                                \
+        int64_t best = 0;                                                                \
+        for (int64_t j = 1; j < kept; j++)                                               \
+            if (v[j].WORK < v[best].WORK) best = j;                                      \
+        out[0] = v[best];                                                                \
+        memmove(v + best, v + best + 1, (kept - best - 1) * sizeof(TYPE));               \
+        --*n;                                                                            \
+        return 1;                                                                        \
+    }
+FINISHED(fixed, Job, w)
+FINISHED(shared, Shared, work)
+
+/* The instant's queue with room for one more (what was taken from its front let go). */
+static int queue_room(S *s) {
+    if (s->q_tail < s->q_cap) return 0;
+    if (s->q_head > 0) {
+        memmove(s->queue, s->queue + s->q_head, (s->q_tail - s->q_head) * sizeof(Event));
+        s->q_tail -= s->q_head; s->q_head = 0;
+        if (s->q_tail < s->q_cap) return 0;
+    }
+    int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
+    Event *q = realloc(s->queue, cap * sizeof(Event));
+    if (!q) { PyErr_NoMemory(); return -1; }
+    s->queue = q; s->q_cap = cap;
+    return 0;
 }
 
 /* An event at the instant being run joins the end of that instant's queue (its sequence
  * number is the largest there); a later one goes on the heap. */
 static inline __attribute__((always_inline)) int push(S *s, double t, int kind, int64_t a,
                                                       int64_t b) {
+    Event e = {t, s->seq++, kind, a, b};
     if (t == s->now) {
-        if (s->q_tail == s->q_cap) {
-            if (s->q_head > 0) {
-                memmove(s->queue, s->queue + s->q_head, (s->q_tail - s->q_head) * sizeof(Event));
-                s->q_tail -= s->q_head; s->q_head = 0;
-            }
-            if (s->q_tail == s->q_cap) {
-                int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
-                Event *q = realloc(s->queue, cap * sizeof(Event));
-                if (!q) { PyErr_NoMemory(); return -1; }
-                s->queue = q; s->q_cap = cap;
-            }
-        }
-        s->queue[s->q_tail++] = (Event){t, s->seq++, kind, a, b};
+        if (s->q_tail == s->q_cap && queue_room(s) < 0) return -1;
+        s->queue[s->q_tail++] = e;
         return 0;
     }
     if (s->size == s->cap) {
@@ -121,32 +187,8 @@ static inline __attribute__((always_inline)) int push(S *s, double t, int kind, 
         if (!h) { PyErr_NoMemory(); return -1; }
         s->heap = h; s->cap = cap;
     }
-    Event e = {t, s->seq++, kind, a, b};
-    int64_t i = s->size++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!before(&e, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = e;
+    events_up(s->heap, s->size++, e);
     return 0;
-}
-
-static inline __attribute__((always_inline)) Event pop(S *s) {
-    Event top = s->heap[0];
-    Event e = s->heap[--s->size];
-    int64_t i = 0, n = s->size;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && before(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!before(&s->heap[c], &e)) break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n) s->heap[i] = e;
-    return top;
 }
 
 /* ---- signals and ends fired: a set of keys ---- */
@@ -361,10 +403,6 @@ static int cpu_advance(S *s, int64_t c, double t) {
     return 0;
 }
 
-static inline int shared_before(const Shared *x, const Shared *y) {
-    return x->end < y->end || (x->end == y->end && x->order < y->order);
-}
-
 static int shared_add(S *s, SharedJobs *jobs, Shared job) {
     if (jobs->n == jobs->cap) {
         int64_t cap = jobs->cap ? 2 * jobs->cap : 8;
@@ -372,32 +410,9 @@ static int shared_add(S *s, SharedJobs *jobs, Shared job) {
         if (!v) { PyErr_NoMemory(); return -1; }
         jobs->v = v; jobs->cap = cap;
     }
-    int64_t i = jobs->n++;
-    if (!s->per_job) {             /* sift up */
-        while (i > 0) {
-            int64_t p = (i - 1) / 2;
-            if (!shared_before(&job, &jobs->v[p])) break;
-            jobs->v[i] = jobs->v[p];
-            i = p;
-        }
-    }
-    jobs->v[i] = job;
+    if (s->per_job) jobs->v[jobs->n++] = job;       /* (arrival order) */
+    else jobs_up(jobs->v, jobs->n++, job);
     return 0;
-}
-
-static Shared shared_pop(SharedJobs *jobs) {
-    Shared top = jobs->v[0], e = jobs->v[--jobs->n];
-    int64_t i = 0, n = jobs->n;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && shared_before(&jobs->v[c + 1], &jobs->v[c])) c++;
-        if (!shared_before(&jobs->v[c], &e)) break;
-        jobs->v[i] = jobs->v[c];
-        i = c;
-    }
-    if (n) jobs->v[i] = e;
-    return top;
 }
 
 static int64_t cpu_arrive(S *s, int64_t k, double t, double work, int compute) {
@@ -454,42 +469,21 @@ static int cpu_finish_due(S *s, int64_t c, double t) {
     if (cpu_advance(s, c, t) < 0) return -1;
     SharedJobs *jobs = &s->shared[c];
     int64_t count = 0;
-#define ENDED(job) do { \
-        if (count == s->ended_cap) { \
-            Shared *v = realloc(s->ended, (s->ended_cap ? 2 * s->ended_cap : 16) * sizeof(Shared)); \
-            if (!v) { PyErr_NoMemory(); return -1; } \
-            s->ended = v; s->ended_cap = s->ended_cap ? 2 * s->ended_cap : 16; \
-        } \
-        s->ended[count++] = (job); } while (0)
+    if (s->ended_cap < jobs->n) {               /* (room for every job) */
+        Shared *v = realloc(s->ended, jobs->n * sizeof(Shared));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        s->ended = v; s->ended_cap = jobs->n;
+    }
     if (s->per_job) {
-        int any = 0;
-        for (int64_t j = 0; j < jobs->n; j++)
-            if (jobs->v[j].work <= EPS * fmax(1.0, jobs->v[j].work)) { any = 1; break; }
-        if (any) {
-            int64_t kept = 0;
-            for (int64_t j = 0; j < jobs->n; j++) {
-                Shared job = jobs->v[j];
-                if (job.work <= EPS * fmax(1.0, job.work)) ENDED(job);
-                else jobs->v[kept++] = job;
-            }
-            jobs->n = kept;
-        } else if (jobs->n) {
-            int64_t best = 0;
-            for (int64_t j = 1; j < jobs->n; j++)
-                if (jobs->v[j].work < jobs->v[best].work) best = j;
-            ENDED(jobs->v[best]);
-            memmove(jobs->v + best, jobs->v + best + 1, (jobs->n - best - 1) * sizeof(Shared));
-            jobs->n--;
-        }
+        count = shared_finished(jobs->v, &jobs->n, s->ended);
     } else {
-        ENDED(shared_pop(jobs));
+        s->ended[count++] = jobs_pop(jobs->v, &jobs->n);
         while (jobs->n) {
             double left = jobs->v[0].work - (s->done[c] - jobs->v[0].done0);
             if (left > DUE_S * fmax(1.0, left)) break;
-            ENDED(shared_pop(jobs));
+            s->ended[count++] = jobs_pop(jobs->v, &jobs->n);
         }
     }
-#undef ENDED
     if (!jobs->n) s->done[c] = 0.0;
     for (int64_t i = 1; i < count; i++) {        /* (few: insertion sort by arrival) */
         Shared x = s->ended[i];
@@ -693,29 +687,14 @@ static int on_timer(S *s, int64_t h, int64_t version, double t) {
         s->timer[h] = version + 1;
         return push(s, t, E_RESUME, running->v[0].k, 0);
     }
-    int any = 0;
-    for (int64_t j = 0; j < running->n; j++)
-        if (running->v[j].w <= EPS * fmax(1.0, running->v[j].w)) { any = 1; break; }
-    if (any) {
-        int64_t kept = 0;
-        for (int64_t j = 0; j < running->n; j++) {
-            Job job = running->v[j];
-            if (job.w <= EPS * fmax(1.0, job.w)) {
-                if (push(s, t, E_RESUME, job.k, 0) < 0) return -1;
-            } else {
-                running->v[kept++] = job;
-            }
-        }
-        running->n = kept;
-    } else if (running->n) {
-        int64_t best = 0;
-        for (int64_t j = 1; j < running->n; j++)
-            if (running->v[j].w < running->v[best].w) best = j;
-        if (push(s, t, E_RESUME, running->v[best].k, 0) < 0) return -1;
-        memmove(running->v + best, running->v + best + 1,
-                (running->n - best - 1) * sizeof(Job));
-        running->n--;
+    if (s->done_cap < running->n) {
+        Job *v = realloc(s->done_jobs, running->n * sizeof(Job));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        s->done_jobs = v; s->done_cap = running->n;
     }
+    int64_t count = fixed_finished(running->v, &running->n, s->done_jobs);
+    for (int64_t i = 0; i < count; i++)
+        if (push(s, t, E_RESUME, s->done_jobs[i].k, 0) < 0) return -1;
     return reschedule(s, h, t);
 }
 
@@ -727,14 +706,8 @@ static inline int next(S *s, Event *e) {
         if (!s->size) return 0;
         s->now = s->heap[0].t;
         while (s->size && s->heap[0].t == s->now) {
-            Event x = pop(s);
-            if (s->q_tail == s->q_cap) {
-                int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
-                Event *q = realloc(s->queue, cap * sizeof(Event));
-                if (!q) { PyErr_NoMemory(); return -1; }
-                s->queue = q; s->q_cap = cap;
-            }
-            s->queue[s->q_tail++] = x;
+            if (queue_room(s) < 0) return -1;
+            s->queue[s->q_tail++] = events_pop(s->heap, &s->size);
         }
     }
     *e = s->queue[s->q_head++];
@@ -850,7 +823,7 @@ static void release(S *s) {
     free(s->done); free(s->last_at); free(s->busy_threads); free(s->computing);
     free(s->talking); free(s->rate_c); free(s->cap_c); free(s->started); free(s->compute_s);
     free(s->comm_s); free(s->has_started); free(s->has_compute); free(s->has_comm);
-    free(s->rates); free(s->caps); free(s->ended);
+    free(s->rates); free(s->caps); free(s->ended); free(s->done_jobs);
 }
 
 static PyObject *floats(const double *x, Py_ssize_t count) {
