@@ -1,7 +1,7 @@
 """The one compiled part: ``fast_queues.simulate``'s event loop (commsim/sim/_replay.c).
 
 Optional: where no C compiler is found, the build goes on without it and the fast engine runs
-the same loop in Python (the same answers, about 20 times slower on those replays).
+the same loop in Python (the same answers, about 8 times slower on those replays).
 -ffp-contract=off keeps every multiply and add apart, as Python computes them, so the two
 loops agree to the bit.
 """

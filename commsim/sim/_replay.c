@@ -1,13 +1,13 @@
 /* The event loop of ``fast_queues.simulate`` compiled: the same events in the same order,
  * the same float operations in the same order (built with -ffp-contract=off, so that no
- * multiply-add is fused), for the replays without the DES's processor sharing and without
- * the order note (``cpus`` and ``ordered`` None).  ``fast_queues._compiled`` prepares its
- * arrays and raises what it returns; ``fast_queues.simulate``'s Python loop is the reference,
- * and tests/test_replay_compiled.py holds the two to the bit.
+ * multiply-add is fused), for every replay but those with the order note (``ordered``),
+ * the DES's processor sharing (``SharedCpus``) included.  ``fast_queues._compiled`` prepares
+ * its arrays and raises what it returns; ``fast_queues.simulate``'s Python loop is the
+ * reference, and tests/test_replay_compiled.py holds the two to the bit.
  *
- * simpy's queue is a heap of (time, scheduling order) here: the Python loop's instants with a
- * list of events each give the same order (an event scheduled at the instant being run joins
- * its end, as a later sequence number at the same time does).
+ * simpy's queue is (time, scheduling order) here: a heap of later events, and the instant
+ * being run as a FIFO that an event scheduled at it joins at the end (the Python loop's
+ * instants with a list of events each give the same order).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
