@@ -902,7 +902,7 @@ def _rest_replayed(run: Run, blocks, algorithm: str, sizes, start):
     """The all-reduces of ``sizes`` one after another, replayed at once from ``start`` (the
     run's NIC directions and start order as the last all-reduce before them left them): when
     each rank leaves the last, and its time in them."""
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
     programs = _collective_programs(run, blocks, algorithm, sizes, False, messages)
     _, marks = replay(run, messages, programs, start, order_known=run.start_order is not None
                       or uniform_cluster(run.spec), left=run.left)
@@ -1556,7 +1556,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
         return True
 
     replayed.released_ok = alike
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
     if start is None:
         t, gone = np.empty(width), np.empty(width)
         for i, h in enumerate(plan.hosts):
@@ -1575,9 +1575,8 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             program += [(fast_queues.COMPUTE, costs.backward_s * replayed.factor[k]),
                         (fast_queues.MARK,), (fast_queues.ENTER,),
                         (fast_queues.WAIT, costs.overhead("all_reduce"))]
-    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, len(messages[0]))
-    for column, more in zip(messages, mine):
-        column += more
+    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, messages.count)
+    messages.add(mine)
     # Each track's steps up to its last in use (those past it would only keep it paired, and
     # their messages could queue on its NIC ahead of ones in use): its actions up to that
     # exchange and the reduction after it; those of the classes' tracks to the end, a mark
@@ -1678,7 +1677,7 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
     collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages)
     alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
     computes, begin, known = _compute_programs(run, buckets, messages, alike, after_broadcast)
@@ -1754,9 +1753,8 @@ def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broa
     if broadcast and n == p:
         blk = Block(np.arange(p)[None], p)
         tree, mine = binomial_broadcast_schedule(run, blk, "broadcast").program(
-            float(costs.buffer_bytes), len(messages[0]))
-        for column, more in zip(messages, mine):
-            column += more
+            float(costs.buffer_bytes), messages.count)
+        messages.add(mine)
         for program, body in zip(steps, tree):
             program += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("broadcast")),
                         *body, (fast_queues.TOGETHER,), (fast_queues.EXIT,)]
@@ -2080,10 +2078,9 @@ def _root_messages(run: Run, messages, src, dst, nbytes: float, collective: str)
     """One message between the root and every other rank (``src`` -> ``dst``, arrays over
     the others), appended to a replay's ``messages``: their ids."""
     lat, per_byte, inter = run.link(src, dst, collective)
-    first = len(messages[0])
     hs, hd = np.where(inter, src // run.rph, -1), np.where(inter, dst // run.rph, -1)
-    for column, values in zip(messages, (src, dst, lat, nbytes * per_byte, hs, hd, nbytes)):
-        column += np.broadcast_to(values, src.shape).tolist()
+    first = messages.add([np.broadcast_to(values, src.shape)
+                          for values in (src, dst, lat, nbytes * per_byte, hs, hd, nbytes)])
     return list(range(first, first + src.size))
 
 
@@ -2283,7 +2280,7 @@ def _linear_ps_replayed(run: Run, tensors: int | None = None):
     only: when each rank leaves the k-th."""
     spec, costs = run.spec, run.costs
     p = spec.world_size
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
     programs, begin, _ = _compute_programs(run, False, messages, False, None)
     others = np.arange(1, p)
     root = np.zeros_like(others)
@@ -2319,7 +2316,7 @@ def _data_parallel_replayed(spec: RunSpec, costs: CostInputs, inputs: float,
     run.sharing = sharing          # devices on one pool of cores: the DES's processor sharing
     model = float(costs.model_bytes)
     others = np.arange(1, p)
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
 
     def phase(src, dst, nbytes, collective):
         return _root_messages(run, messages, src, dst, nbytes, collective)
@@ -2677,7 +2674,7 @@ def _binomial_ps_replayed(run: Run, blk: Block, tensors: slice = slice(None), be
     class of ranks acting together replayed (``fast_classes``), unless the classes part."""
     costs = run.costs
     gather, scatter = binomial_gather_scatter_schedules(run, blk)
-    messages = [[] for _ in range(7)]
+    messages = fast_queues.Messages()
     by_class = by_class and fast_classes.covers(run)
     phases = [] if by_class else None   # its steps in order, for ``fast_classes``
 

@@ -60,6 +60,7 @@ def classes(begin, factor, messages, phases) -> np.ndarray:
     first, end) for one step's messages (ids first..end-1, each done when both its sides are
     posted, a rank done with the step when all its messages of it are), or ("work", seconds
     per rank) for CPU work."""
+    messages = fast_queues.columns_of(messages)
     src, dst = np.asarray(messages[0]), np.asarray(messages[1])
     lat, busy = np.asarray(messages[2], dtype=float), np.asarray(messages[3], dtype=float)
     clock = np.asarray(begin, dtype=float).copy()
@@ -93,6 +94,7 @@ def replay(run: Run, programs, messages, begin, cls):
     spec, costs = run.spec, run.costs
     c = spec.cluster
     n = len(programs)
+    messages = fast_queues.columns_of(messages)
     src, dst = np.asarray(messages[0]), np.asarray(messages[1])
     count = int(cls.max()) + 1
     replayed = np.unique(cls, return_index=True)[1]        # the first rank of each class
@@ -144,9 +146,9 @@ def replay(run: Run, programs, messages, begin, cls):
             body.append(action)
         bodies.append(body)
         roles.append(role)
-    columns = [[column[m] for m in mine] for column in messages]
-    columns[0] = [cls[k] for k in columns[0]]     # its class's process (its CPU: the pool)
-    columns[1] = [cls[k] for k in columns[1]]
+    columns = [np.asarray(column)[np.asarray(mine, dtype=np.int64)] for column in messages]
+    columns[0] = cls[columns[0]]                  # its class's process (its CPU: the pool)
+    columns[1] = cls[columns[1]]
 
     cpus = fast_queues.SharedCpus([0] * count, c.shared_cpu_cores, costs.threads_per_rank,
                                   c.cpu_efficiency, costs,

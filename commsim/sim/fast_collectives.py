@@ -807,12 +807,11 @@ class Schedule:
         run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
 
     def replayed(self, nbytes: float, messages, phases=None):
-        """One more collective of ``nbytes`` for a replay of several: its messages appended
-        to ``messages`` (seven lists, as ``program`` gives them), its bytes counted; per
-        position, its actions.  ``phases``: its steps appended, as ``program`` gives them."""
-        steps, mine = self.program(nbytes, len(messages[0]), phases)
-        for column, more in zip(messages, mine):
-            column += more
+        """One more collective of ``nbytes`` for a replay of several: its messages added to
+        ``messages`` (``fast_queues.Messages``), its bytes counted; per position, its
+        actions.  ``phases``: its steps appended, as ``program`` gives them."""
+        steps, mine = self.program(nbytes, messages.count, phases)
+        messages.add(mine)
         self.account(nbytes)
         return steps
 
@@ -820,7 +819,7 @@ class Schedule:
         """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
         of the block (row-major), its actions (sends, receives, exchanges, reductions); and
         its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host,
-        bytes) lists, src and dst as indices into the run's ranks, hosts -1 inside a host.
+        bytes) arrays, src and dst as indices into the run's ranks, hosts -1 inside a host.
         ``phases``: a list to which each step is appended, ("messages", first id, end id) or
         ("work", seconds per rank of the run) (``fast_classes.classes``)."""
         run, idx = self._run, self.idx
@@ -870,8 +869,8 @@ class Schedule:
                     programs[a].append((fast_queues.EXCHANGE, m, r))
                     if work:
                         programs[a].append(after)
-        messages = [np.concatenate([np.ravel(x[i]) for x in messages]).tolist()
-                    if messages else [] for i in range(7)]
+        messages = [np.concatenate([np.ravel(x[i]) for x in messages]) if messages
+                    else np.zeros(0) for i in range(7)]
         return programs, messages
 
 
@@ -912,6 +911,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     ``hosts_in_order`` (a host's ranks are known to start in rank order among themselves)
     only the hosts' places are reversed and shuffled.
     """
+    messages = fast_queues.columns_of(messages)
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
                        "its NIC")

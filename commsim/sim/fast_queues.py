@@ -331,6 +331,36 @@ class SharedCpus:
         return cap
 
 
+class Messages:
+    """A replay's messages as its schedules make them: seven columns (src and dst processes,
+    latency, busy seconds, transmit and receive hosts (-1 inside a host), bytes), kept as the
+    arrays added until the replay reads them (``columns``): no Python object a message."""
+    _TYPES = (np.int64, np.int64, np.float64, np.float64, np.int64, np.int64, np.float64)
+
+    def __init__(self):
+        self._chunks = [[] for _ in self._TYPES]
+        self.count = 0
+
+    def add(self, columns) -> int:
+        """Messages appended (seven columns of one length, arrays or lists): the first's id."""
+        first = self.count
+        for chunk, column, dtype in zip(self._chunks, columns, self._TYPES):
+            chunk.append(np.asarray(column, dtype=dtype).ravel())
+        self.count += self._chunks[0][-1].size
+        return first
+
+    def columns(self) -> list:
+        """The seven columns, each one array."""
+        self._chunks = [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
+                        for chunk, dtype in zip(self._chunks, self._TYPES)]
+        return [chunk[0] for chunk in self._chunks]
+
+
+def columns_of(messages) -> list:
+    """A replay's messages as seven columns: ``Messages``'s, or the columns given."""
+    return messages.columns() if isinstance(messages, Messages) else messages
+
+
 class _Direction:
     """One NIC direction as a simpy Resource of capacity 1: the holder, the FIFO of waiting
     transfers, and whether a release is still to be processed."""
@@ -452,6 +482,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                          compute_rate=compute_rate, together=together, cpus=cpus,
                          released=released, sequence=sequence, after_release=after_release,
                          left=left)
+    # (lists: this loop reads a message's fields one at a time)
+    messages = [x.tolist() if isinstance(x, np.ndarray) else x for x in messages]
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
     nbytes = messages[6] if cpus is not None else None
     n = len(start)
