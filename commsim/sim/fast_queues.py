@@ -406,6 +406,28 @@ _LEFT_AFTER = ("a rank would use its host's NIC or cores while another rank of t
                "this one's by its event history")
 
 
+def _released_later(start, host, nics: NicState) -> list:
+    """(direction, host, when) for each NIC direction of these processes' hosts that an
+    earlier collective frees after the first start, transmit directions first, hosts in
+    order: its release is an event then.  (One freed at or before the first start is free:
+    its release would come first among that instant's events, before any request, with
+    nothing to grant.)"""
+    hosts = np.unique(host)
+    first_start = min(start)
+    return [(d, h, float(nics.free[d][h])) for d in (0, 1)
+            for h in hosts[nics.free[d][hosts] > first_start].tolist()]
+
+
+def _left_last(host, left, hosts: int) -> np.ndarray:
+    """Per host of ``hosts``, when its last process left the earlier collective (-inf:
+    none did; ``left`` per process, inf for one still to start)."""
+    latest = np.full(hosts, -np.inf)
+    left = np.asarray(left, dtype=np.float64)
+    finite = left < np.inf
+    np.maximum.at(latest, np.asarray(host, dtype=np.int64)[finite], left[finite])
+    return latest
+
+
 def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int = 0,
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
@@ -545,16 +567,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         bucket.append((kind, what, root))
 
     # What earlier collectives left on the directions (read only until the end).
-    hosts = np.unique(host)                    # the hosts of these ranks: their NICs
     busy_before = list(zip(nics.free, nics.requested))
-    # (a direction freed at or before the first start is free: its release would come first
-    # among that instant's events, before any request, with nothing to grant)
-    first_start = min(start)
-    for d in (0, 1):
-        free = busy_before[d][0]
-        for h in hosts[free[hosts] > first_start].tolist():
-            directions[d][h].holder = -1
-            push(float(free[h]), _TX_RELEASED if d == 0 else _RX_RELEASED, h)
+    for d, h, t in _released_later(start, host, nics):
+        directions[d][h].holder = -1
+        push(t, _TX_RELEASED if d == 0 else _RX_RELEASED, h)
     # Per direction, host -> its latest request and when it was last freed (the clock only
     # moves on: the latest is the last).
     requested = [{}, {}]
@@ -567,9 +583,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     # or CPU has been used after it: the clock only moves on).
     quiet: dict = {}
     if left is not None:
-        for h, t in zip(host, left):
-            if t < np.inf and t > quiet.get(h, -np.inf):
-                quiet[h] = t
+        latest = _left_last(host, left, len(nics.free[0]))
+        quiet = {h: t for h, t in enumerate(latest.tolist()) if t > -np.inf}
 
     def refuse(reason):
         from commsim.sim.fast_collectives import NotExact
@@ -896,26 +911,14 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
     collective, and the CPUs' state."""
     start_a = np.asarray(start, dtype=np.float64)
     host_a = np.ascontiguousarray(host, dtype=np.int64)
-    n, hosts = len(start_a), len(nics.free[0])
+    hosts = len(nics.free[0])
     lat, busy = (np.ascontiguousarray(x, dtype=np.float64) for x in messages[2:4])
     tx, rx = (np.ascontiguousarray(x, dtype=np.int64) for x in messages[4:6])
-    # (as ``simulate``: a direction freed after the first start is released then)
-    first_start = start_a.min() if n else np.inf
-    used = np.unique(host_a)
-    d_rel, h_rel, t_rel = [], [], []
-    for d in (0, 1):
-        free = nics.free[d]
-        later = used[free[used] > first_start]
-        d_rel += [d] * len(later)
-        h_rel += later.tolist()
-        t_rel += free[later].tolist()
+    releases = _released_later(start_a, host_a, nics)
+    d_rel, h_rel, t_rel = ([x[i] for x in releases] for i in range(3))
     firsts = np.lexsort((np.asarray(order), start_a))          # (stable: rank order last)
     firsts = firsts[start_a[firsts] < np.inf]
-    quiet = np.full(hosts, -np.inf)
-    if left is not None:
-        left_a = np.asarray(left, dtype=np.float64)
-        finite = left_a < np.inf
-        np.maximum.at(quiet, host_a[finite], left_a[finite])
+    quiet = np.full(hosts, -np.inf) if left is None else _left_last(host_a, left, hosts)
     threshold = nics.free if after_release else nics.requested
     mine = [np.full(hosts, np.nan) for _ in range(4)]      # requested tx, rx; freed tx, rx
     m = len(lat)
