@@ -17,7 +17,7 @@ from commsim.api import Scenario, predict
 from commsim.errors import UserError
 from commsim.sim import fast_queues as fq
 from commsim.sim.fast_queues import (ALL, COMPUTE, ENTER, EXCHANGE, EXIT, GHOST, GLOO, MARK,
-                                     RECV, SEND, WAIT, NicState)
+                                     RECV, ROWS, SEND, WAIT, NicState)
 from test_fast_engine import PROFILE, THREADS
 from test_fast_sharing import EFFICIENCY, profile_named
 from test_fast_whatifs import DISTINCT
@@ -194,7 +194,37 @@ def programs(draw):
               after_release=draw(st.booleans()), sequence=[], released={})
     if draw(st.booleans()):
         kw["cpus"] = draw(shared_cpus(host, columns))
+    if draw(st.booleans()):
+        progs, kw["rows"] = _tabled(draw, progs)
     return start, list(order), host, progs, columns, draw(st.sampled_from([1.0, 2.0])), nics, kw
+
+
+def _tabled(draw, progs):
+    """The programs with random runs of their actions (none with a list of messages) moved
+    to an actions' table, each run one ROWS action (an empty one now and then); the table."""
+    table = fq.Messages()
+    out = []
+    for program in progs:
+        mine, i = [], 0
+        while i < len(program):
+            run = program[i:i + draw(st.integers(0, 4))]
+            if any(action[0] in (ALL, GHOST) for action in run):
+                run = []
+            if not run and draw(st.booleans()):
+                mine.append(program[i])
+                i += 1
+                continue
+            kinds = [action[0] for action in run]
+            first = table.add_rows(
+                kinds, [action[1] if kind in (SEND, RECV, EXCHANGE) else 0
+                        for kind, action in zip(kinds, run)],
+                [action[2] if kind == EXCHANGE else 0 for kind, action in zip(kinds, run)],
+                [action[1] if kind in (GLOO, COMPUTE, WAIT) else 0.0
+                 for kind, action in zip(kinds, run)])
+            mine.append((ROWS, first, first + len(run)))
+            i += len(run)
+        out.append(mine)
+    return out, table.rows()
 
 
 @st.composite

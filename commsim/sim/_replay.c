@@ -18,7 +18,7 @@
 
 /* Actions and events: fast_queues' numbering (checked there at import). */
 enum { SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY,
-       JOIN, TOGETHER, ALL, GHOST };
+       JOIN, TOGETHER, ALL, GHOST, ROWS };
 enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX_RELEASED,
        E_DELIVERED, E_DONE, E_SIGNALLED, E_ENDED, E_LATCHED };
 
@@ -60,6 +60,9 @@ typedef struct {
     const double *lat, *busy, *threshold[2], *start;
     const int64_t *host, *tx, *rx;
     PyObject ***actions; Py_ssize_t *lengths; PyObject **fast;
+    /* the actions' table that ROWS actions run rows of: kind, two integers, seconds */
+    const int64_t *row_kind, *row_a, *row_b; const double *row_w; Py_ssize_t nrows;
+    int64_t *sub;                       /* per process, its next row (-1: not in a table) */
     double gloo, compute_rate;
     int64_t pairs, together;
     int one_rate;
@@ -555,107 +558,135 @@ static int each_message(S *s, PyObject *seq, int64_t k, int side, int post_them,
     return 0;
 }
 
+/* One action of process k at t, its arguments decoded (``action``: the tuple, for the
+ * message lists of ALL and GHOST): 1 where the process now waits, 0 where it goes on, -1 on
+ * an error.  The caller has set the process's place to the action after this one. */
+static int act(S *s, int64_t k, long kind, int64_t a, int64_t b, double w, PyObject *action,
+               double t) {
+    if (kind == GLOO || kind == COMPUTE) {
+        if (w > 0) {
+            int64_t h = s->host[k];
+            if (s->quiet_n && s->has_quiet[h] && settled(s, h, t) < 0) return -1;
+            if (s->cpus) {
+                int64_t c = cpu_arrive(s, k, t, w, kind == COMPUTE);
+                return c < 0 || cpu_reschedule(s, c, t) < 0 ? -1 : 1;
+            }
+            advance(s, h, t);
+            double rate = kind == GLOO ? s->gloo : s->compute_rate;
+            if (add_job(s, h, w, rate, k) < 0) return -1;
+            int64_t version = ++s->timer[h];
+            Jobs *running = &s->jobs[h];
+            double due = running->n == 1 ? w / rate : soonest(s, running);
+            return push(s, t + nonnegative(due), E_TIMER, h, version) < 0 ? -1 : 1;
+        }
+        return push(s, t, E_RESUME, k, 0) < 0 ? -1 : 1;
+    }
+    if (kind == EXCHANGE) {
+        s->pending[k] = 2; s->all_of[k] = 1;
+        s->waiting_on[2 * a] = k; s->waiting_on[2 * b + 1] = k;
+        if (post(s, a, t) < 0) return -1;
+        return post(s, b, t) < 0 ? -1 : 1;
+    }
+    if (kind == SEND || kind == RECV) {
+        s->pending[k] = 1; s->all_of[k] = 0;
+        s->waiting_on[2 * a + (kind == RECV)] = k;
+        return post(s, a, t) < 0 ? -1 : 1;
+    }
+    if (kind == ALL) {
+        PyObject *sent = item(action, 1), *got = item(action, 2);
+        Py_ssize_t ns = PyObject_Length(sent), ng = PyObject_Length(got);
+        if (ns < 0 || ng < 0) return -1;
+        s->pending[k] = ns + ng; s->all_of[k] = 1;
+        if (each_message(s, sent, k, 0, 0, t) < 0 || each_message(s, got, k, 1, 0, t) < 0
+                || each_message(s, sent, k, -1, 1, t) < 0
+                || each_message(s, got, k, -1, 1, t) < 0)
+            return -1;
+        return 1;
+    }
+    if (kind == WAIT) {
+        if (w > 0) return push(s, t + w, E_RESUME, k, 0) < 0 ? -1 : 1;
+    } else if (kind == MARK) {
+        PyObject *x = PyFloat_FromDouble(t);
+        if (!x) return -1;
+        int r = PyList_Append(PyList_GET_ITEM(s->marks, k), x);
+        Py_DECREF(x);
+        if (r < 0 || sequence_append(s, k) < 0) return -1;
+    } else if (kind == GHOST) {
+        if (each_message(s, item(action, 1), k, -1, 1, t) < 0) return -1;
+    } else if (kind == TOGETHER) {
+        if (grow(&s->latch, &s->latch_cap, s->latch_n + 1) < 0) return -1;
+        s->latch[s->latch_n++] = k;
+        if (s->latch_n == s->together && push(s, t, E_LATCHED, 0, 0) < 0) return -1;
+        return 1;
+    } else if (kind == SPAWN) {
+        if (spawn(s, k - s->pairs) < 0) return -1;
+    } else if (kind == SIGNAL) {
+        if (push(s, t, E_SIGNALLED, k - s->pairs, a) < 0) return -1;
+    } else if (kind == READY || kind == JOIN) {
+        int64_t key = kind == READY ? key_of(k, a) : key_of(k - s->pairs, -1);
+        if (!fired_has(s, key)) { s->waits[k] = key; return 1; }
+    } else if ((kind == ENTER || kind == EXIT) && s->cpus) {
+        int64_t c = cpu_communicating(s, k, t, kind == ENTER ? 1 : -1);
+        if (c < 0 || cpu_reschedule(s, c, t) < 0) return -1;
+    } else if (kind == ENTER || kind == EXIT) {
+        advance(s, s->host[k], t);
+        if (reschedule(s, s->host[k], t) < 0) return -1;
+    } else {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "unknown action %ld", kind);
+        return -1;
+    }
+    return 0;
+}
+
+/* Process k runs its program from its place at t until it waits or ends.  A ROWS action
+ * (ROWS, first, end) runs the rows first .. end - 1 of the actions' table; a process waiting
+ * inside it keeps its place there and its next row (``sub``). */
 static int run_rank(S *s, int64_t k, double t) {
     PyObject **program = s->actions[k];
     Py_ssize_t i = s->pc[k], last = s->lengths[k];
     while (i < last) {
         PyObject *action = program[i++];
         long kind = PyLong_AsLong(item(action, 0));
-        if (kind == GLOO || kind == COMPUTE) {
-            double w = PyFloat_AsDouble(item(action, 1));
-            if (w == -1.0 && PyErr_Occurred()) return -1;
-            s->pc[k] = i;
-            if (w > 0) {
-                int64_t h = s->host[k];
-                if (s->quiet_n && s->has_quiet[h] && settled(s, h, t) < 0) return -1;
-                if (s->cpus) {
-                    int64_t c = cpu_arrive(s, k, t, w, kind == COMPUTE);
-                    return c < 0 ? -1 : cpu_reschedule(s, c, t);
-                }
-                advance(s, h, t);
-                double rate = kind == GLOO ? s->gloo : s->compute_rate;
-                if (add_job(s, h, w, rate, k) < 0) return -1;
-                int64_t version = ++s->timer[h];
-                Jobs *running = &s->jobs[h];
-                double due = running->n == 1 ? w / rate : soonest(s, running);
-                return push(s, t + nonnegative(due), E_TIMER, h, version);
-            }
-            return push(s, t, E_RESUME, k, 0);
-        }
-        if (kind == EXCHANGE) {
-            int64_t a = as_index(item(action, 1)), b = as_index(item(action, 2));
-            if ((a == -1 || b == -1) && PyErr_Occurred()) return -1;
-            s->pc[k] = i;
-            s->pending[k] = 2; s->all_of[k] = 1;
-            s->waiting_on[2 * a] = k; s->waiting_on[2 * b + 1] = k;
-            if (post(s, a, t) < 0) return -1;
-            return post(s, b, t);
-        }
-        if (kind == ALL) {
-            PyObject *sent = item(action, 1), *got = item(action, 2);
-            Py_ssize_t ns = PyObject_Length(sent), ng = PyObject_Length(got);
-            if (ns < 0 || ng < 0) return -1;
-            s->pc[k] = i;
-            s->pending[k] = ns + ng; s->all_of[k] = 1;
-            if (each_message(s, sent, k, 0, 0, t) < 0 || each_message(s, got, k, 1, 0, t) < 0
-                    || each_message(s, sent, k, -1, 1, t) < 0
-                    || each_message(s, got, k, -1, 1, t) < 0)
+        int64_t a = 0, b = 0;
+        double w = 0.0;
+        if (kind == ROWS) {
+            int64_t r = s->sub[k] >= 0 ? s->sub[k] : as_index(item(action, 1));
+            int64_t end = as_index(item(action, 2));
+            if ((r == -1 || end == -1) && PyErr_Occurred()) return -1;
+            if (r < 0 || end > s->nrows || r > end) {
+                PyErr_SetString(PyExc_ValueError, "a ROWS action past the actions' table");
                 return -1;
-            return 0;
-        }
-        if (kind == SEND || kind == RECV) {
-            int64_t m = as_index(item(action, 1));
-            if (m == -1 && PyErr_Occurred()) return -1;
-            s->pc[k] = i;
-            s->pending[k] = 1; s->all_of[k] = 0;
-            s->waiting_on[2 * m + (kind == RECV)] = k;
-            return post(s, m, t);
-        }
-        if (kind == WAIT) {
-            double w = PyFloat_AsDouble(item(action, 1));
-            if (w == -1.0 && PyErr_Occurred()) return -1;
-            if (w > 0) { s->pc[k] = i; return push(s, t + w, E_RESUME, k, 0); }
-        } else if (kind == MARK) {
-            PyObject *x = PyFloat_FromDouble(t);
-            if (!x) return -1;
-            int r = PyList_Append(PyList_GET_ITEM(s->marks, k), x);
-            Py_DECREF(x);
-            if (r < 0 || sequence_append(s, k) < 0) return -1;
-        } else if (kind == GHOST) {
-            if (each_message(s, item(action, 1), k, -1, 1, t) < 0) return -1;
-        } else if (kind == TOGETHER) {
-            s->pc[k] = i;
-            if (grow(&s->latch, &s->latch_cap, s->latch_n + 1) < 0) return -1;
-            s->latch[s->latch_n++] = k;
-            if (s->latch_n == s->together) return push(s, t, E_LATCHED, 0, 0);
-            return 0;
-        } else if (kind == SPAWN) {
-            if (spawn(s, k - s->pairs) < 0) return -1;
-        } else if (kind == SIGNAL) {
-            int64_t b = as_index(item(action, 1));
-            if (b == -1 && PyErr_Occurred()) return -1;
-            if (push(s, t, E_SIGNALLED, k - s->pairs, b) < 0) return -1;
-        } else if (kind == READY || kind == JOIN) {
-            int64_t key;
-            if (kind == READY) {
-                int64_t b = as_index(item(action, 1));
-                if (b == -1 && PyErr_Occurred()) return -1;
-                key = key_of(k, b);
-            } else {
-                key = key_of(k - s->pairs, -1);
             }
-            if (!fired_has(s, key)) { s->pc[k] = i; s->waits[k] = key; return 0; }
-        } else if ((kind == ENTER || kind == EXIT) && s->cpus) {
-            int64_t c = cpu_communicating(s, k, t, kind == ENTER ? 1 : -1);
-            if (c < 0 || cpu_reschedule(s, c, t) < 0) return -1;
-        } else if (kind == ENTER || kind == EXIT) {
-            advance(s, s->host[k], t);
-            if (reschedule(s, s->host[k], t) < 0) return -1;
-        } else {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "unknown action %ld", kind);
-            return -1;
+            for (; r < end; r++) {
+                long rk = (long)s->row_kind[r];
+                if (rk == ALL || rk == GHOST || rk == ROWS) {
+                    PyErr_Format(PyExc_ValueError, "action %ld in the actions' table", rk);
+                    return -1;
+                }
+                /* (waiting at its last row, the process goes on after the ROWS action) */
+                int more = r + 1 < end;
+                s->pc[k] = more ? i - 1 : i;
+                s->sub[k] = more ? r + 1 : -1;
+                int x = act(s, k, rk, s->row_a[r], s->row_b[r], s->row_w[r], NULL, t);
+                if (x) return x < 0 ? -1 : 0;
+            }
+            s->sub[k] = -1;
+            continue;
         }
+        if (kind == GLOO || kind == COMPUTE || kind == WAIT) {
+            w = PyFloat_AsDouble(item(action, 1));
+            if (w == -1.0 && PyErr_Occurred()) return -1;
+        } else if (kind == EXCHANGE) {
+            a = as_index(item(action, 1)); b = as_index(item(action, 2));
+            if ((a == -1 || b == -1) && PyErr_Occurred()) return -1;
+        } else if (kind == SEND || kind == RECV || kind == SIGNAL || kind == READY) {
+            a = as_index(item(action, 1));
+            if (a == -1 && PyErr_Occurred()) return -1;
+        }
+        s->pc[k] = i;
+        int x = act(s, k, kind, a, b, w, action, t);
+        if (x) return x < 0 ? -1 : 0;
     }
     s->pc[k] = i;
     s->finish[k] = t;
@@ -801,7 +832,7 @@ static int loop(S *s) {
 
 static void release(S *s) {
     free(s->heap); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
-    free(s->pc); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
+    free(s->pc); free(s->sub); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
     free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
     if (s->jobs) {
         for (Py_ssize_t h = 0; h < s->hosts; h++) free(s->jobs[h].v);
@@ -893,19 +924,22 @@ static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *nam
 
 /* run(start, host, firsts, programs, lat, busy, tx, rx, gloo, compute_rate, pairs, together,
  *     threshold_tx, threshold_rx, quiet, releases_d, releases_h, releases_t,
- *     requested_tx, requested_rx, freed_tx, freed_rx, released_t, released_order, sequence)
- * -> (finish, marks, released count, refusal) */
+ *     requested_tx, requested_rx, freed_tx, freed_rx, released_t, released_order, sequence,
+ *     shared, row_kind, row_a, row_b, row_w)
+ * -> (finish, marks, released count, refusal, the CPUs' state) */
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
-        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo;
+        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo, b_rk, b_ra, b_rb,
+        b_rw;
     PyObject *programs, *sequence, *shared;
     double gloo, compute_rate;
     long long pairs, together;
-    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OO",
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOy*y*y*y*",
                           &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
                           &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
                           &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
-                          &b_free1, &b_rel, &b_relo, &sequence, &shared))
+                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &b_rk, &b_ra, &b_rb,
+                          &b_rw))
         return NULL;
     S st;
     memset(&st, 0, sizeof st);
@@ -936,6 +970,11 @@ static PyObject *run(PyObject *self, PyObject *args) {
             || need(&b_req0, hosts, 8, "requested") < 0 || need(&b_req1, hosts, 8, "requested") < 0
             || need(&b_free0, hosts, 8, "freed") < 0 || need(&b_free1, hosts, 8, "freed") < 0)
         goto done;
+    s->nrows = b_rk.len / sizeof(int64_t);
+    if (need(&b_ra, s->nrows, 8, "rows") < 0 || need(&b_rb, s->nrows, 8, "rows") < 0
+            || need(&b_rw, s->nrows, 8, "rows") < 0)
+        goto done;
+    s->row_kind = b_rk.buf; s->row_a = b_ra.buf; s->row_b = b_rb.buf; s->row_w = b_rw.buf;
     s->start = b_start.buf; s->host = b_host.buf; s->lat = b_lat.buf; s->busy = b_busy.buf;
     s->tx = b_tx.buf; s->rx = b_rx.buf;
     s->threshold[0] = b_thr0.buf; s->threshold[1] = b_thr1.buf;
@@ -988,6 +1027,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     ZALLOC(s->posted, m); ZALLOC(s->waiting_on, 2 * m); ZALLOC(s->next_wait, m);
     for (Py_ssize_t j = 0; j < 2 * m; j++) s->waiting_on[j] = -1;
     ZALLOC(s->pending, n); ZALLOC(s->all_of, n); ZALLOC(s->pc, n); ZALLOC(s->finish, n);
+    ZALLOC(s->sub, n);
+    for (Py_ssize_t k = 0; k < n; k++) s->sub[k] = -1;
     ZALLOC(s->waits, n);
     for (Py_ssize_t k = 0; k < n; k++) { s->waits[k] = -1; s->finish[k] = s->start[k]; }
     s->fired_cap = 64;
@@ -1099,7 +1140,8 @@ done:
     PyBuffer_Release(&b_quiet); PyBuffer_Release(&b_rd); PyBuffer_Release(&b_rh);
     PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
     PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
-    PyBuffer_Release(&b_relo);
+    PyBuffer_Release(&b_relo); PyBuffer_Release(&b_rk); PyBuffer_Release(&b_ra);
+    PyBuffer_Release(&b_rb); PyBuffer_Release(&b_rw);
     if (shared != Py_None) {
         PyBuffer_Release(&b_cpu); PyBuffer_Release(&b_mult); PyBuffer_Release(&b_src);
         PyBuffer_Release(&b_dst); PyBuffer_Release(&b_bytes); PyBuffer_Release(&b_done);

@@ -212,10 +212,11 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     return per_collective * _collectives(spec, costs) <= _REPLAY_MESSAGES
 
 
-# A whole replay's memory a message: its seven columns, its places in the programs, the
-# replay's state (1.8 GiB at 4.5 million messages, 8,192 ranks with recursive doubling and a
-# ring per tensor; 0.4 KiB a message between that and 4,096 ranks).
-_REPLAY_BYTES_PER_MESSAGE = 420
+# A whole replay's memory a message, at its peak: its seven columns, its rows in the actions'
+# table, the replay's state (peak resident memory over the start's, per message: 203-227 B
+# with Rabenseifner and two ranks a host beside a slow link, a ring per tensor at 1,024-8,192
+# ranks and DDP at 65,536; a margin above that).
+_REPLAY_BYTES_PER_MESSAGE = 240
 
 
 def _fits_in_memory(messages: int) -> None:
@@ -1726,7 +1727,7 @@ def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
             if blk.size <= 1:
                 continue
             sched = SCHEDULES[algorithm](run, blk, average=not fp16)
-            steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages)
+            steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages, rows=True)
             for k, body in zip(blk.idx.ravel().tolist(), steps):
                 collectives[k] += [(fast_queues.ENTER,), *cast, (fast_queues.WAIT, overhead),
                                    *body, *cast, (fast_queues.EXIT,)]

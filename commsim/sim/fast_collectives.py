@@ -806,14 +806,20 @@ class Schedule:
         run.nic_sent[self._flat] += nbytes * self.nic_sent.reshape(-1)
         run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
 
-    def replayed(self, nbytes: float, messages, phases=None):
+    def replayed(self, nbytes: float, messages, phases=None, rows: bool = False):
         """One more collective of ``nbytes`` for a replay of several: its messages added to
         ``messages`` (``fast_queues.Messages``), its bytes counted; per position, its
-        actions.  ``phases``: its steps appended, as ``program`` gives them."""
-        steps, mine = self.program(nbytes, messages.count, phases)
+        actions.  ``phases``: its steps appended, as ``program`` gives them.  ``rows``: each
+        position's actions as one ROWS action on the table ``messages`` keeps, not a tuple
+        each (for a replay that only runs them)."""
+        table, bounds, mine = self._table(nbytes, messages.count, phases)
         messages.add(mine)
         self.account(nbytes)
-        return steps
+        if not rows:
+            return fast_queues.split_actions(table, bounds)
+        first = messages.add_rows(*table)
+        lo, hi = (first + bounds[:-1]).tolist(), (first + bounds[1:]).tolist()
+        return [[(fast_queues.ROWS, a, b)] if a < b else [] for a, b in zip(lo, hi)]
 
     def program(self, nbytes: float, first: int = 0, phases=None):
         """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
@@ -822,20 +828,35 @@ class Schedule:
         bytes) arrays, src and dst as indices into the run's ranks, hosts -1 inside a host.
         ``phases``: a list to which each step is appended, ("messages", first id, end id) or
         ("work", seconds per rank of the run) (``fast_classes.classes``)."""
+        table, bounds, messages = self._table(nbytes, first, phases)
+        return fast_queues.split_actions(table, bounds), messages
+
+    def _table(self, nbytes: float, first: int, phases):
+        """``program``'s actions as a table (``fast_queues.Messages.add_rows``'s four
+        columns), position by position, each position's rows in the order it takes them;
+        where each position's rows begin (and the end); its messages.
+
+        Per step, its actions in the order a position takes them: a send's sender sends,
+        then its receiver receives and reduces, message by message; in an exchange (or a
+        ring shift) each position sends and receives, then reduces.  A stable sort by
+        position keeps that order within each position."""
         run, idx = self._run, self.idx
         rows, width = idx.shape
-        programs = [[] for _ in range(rows * width)]
+        flat = np.arange(rows * width).reshape(rows, width)
+        parts = []                    # per step: positions, kinds, a, b, seconds (in order)
         messages = []
         count = first
         for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
             cols = np.arange(width)[src]
-            flat = np.arange(rows * width).reshape(rows, width)
+            w = work * nbytes
             if kind == _GLOO:
-                for k in flat[:, cols].ravel().tolist():
-                    programs[k].append((fast_queues.GLOO, work * nbytes))
+                at = flat[:, cols].ravel()
+                none = np.zeros(at.size, dtype=np.int64)
+                parts.append((at, np.full(at.size, fast_queues.GLOO), none, none,
+                              np.full(at.size, w)))
                 if phases is not None:
                     seconds = np.zeros(run.ranks.size)
-                    seconds[idx[:, cols]] = work * nbytes
+                    seconds[idx[:, cols]] = w
                     phases.append(("work", seconds))
                 continue
             to = np.arange(width)[dst] if kind == _SEND else cols[dst]
@@ -851,27 +872,44 @@ class Schedule:
                 phases.append(("messages", count, count + s.size))
                 if work:                   # the receivers' reductions
                     seconds = np.zeros(run.ranks.size)
-                    seconds[idx[:, to] if kind == _SEND else idx[:, cols]] = work * nbytes
+                    seconds[idx[:, to] if kind == _SEND else idx[:, cols]] = w
                     phases.append(("work", seconds))
             count += s.size
-            after = (fast_queues.GLOO, work * nbytes)
+            ids = ids.ravel()
+            zero = np.zeros_like(ids)
             if kind == _SEND:
-                for a, b, m in zip(s.ravel().tolist(), d.ravel().tolist(), ids.ravel().tolist()):
-                    programs[a].append((fast_queues.SEND, m))
-                    programs[b].append((fast_queues.RECV, m))
-                    if work:
-                        programs[b].append(after)
+                # (per message: its sender's send, its receiver's receive and reduction)
+                at = [s.ravel(), d.ravel()]
+                kinds = [fast_queues.SEND, fast_queues.RECV]
+                a, b, sec = [ids, ids], [zero, zero], [0.0, 0.0]
+                reduces = d.ravel()
             else:
                 # The message each position receives: its partner's, or its left's.
-                back = ids[:, np.argsort(dst)] if kind == _SHIFT else ids[:, dst]
-                for a, m, r in zip(s.ravel().tolist(), ids.ravel().tolist(),
-                                   back.ravel().tolist()):
-                    programs[a].append((fast_queues.EXCHANGE, m, r))
-                    if work:
-                        programs[a].append(after)
+                back = (ids.reshape(s.shape)[:, np.argsort(dst)] if kind == _SHIFT
+                        else ids.reshape(s.shape)[:, dst]).ravel()
+                at, kinds, a, b, sec = [s.ravel()], [fast_queues.EXCHANGE], [ids], [back], [0.0]
+                reduces = s.ravel()
+            if work:
+                at.append(reduces)
+                kinds.append(fast_queues.GLOO)
+                a.append(zero)
+                b.append(zero)
+                sec.append(w)
+            # (interleaved: message by message, its actions in turn)
+            parts.append((np.stack(at, axis=1).ravel(), np.tile(kinds, ids.size),
+                          np.stack(a, axis=1).ravel(), np.stack(b, axis=1).ravel(),
+                          np.tile(sec, ids.size)))
         messages = [np.concatenate([np.ravel(x[i]) for x in messages]) if messages
                     else np.zeros(0) for i in range(7)]
-        return programs, messages
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return ((empty, empty, empty, np.zeros(0)), np.zeros(rows * width + 1, np.int64),
+                    messages)
+        at, *columns = (np.concatenate([x[i] for x in parts]) for i in range(5))
+        order = np.argsort(at, kind="stable")
+        bounds = np.zeros(rows * width + 1, dtype=np.int64)
+        np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
+        return tuple(column[order] for column in columns), bounds, messages
 
 
 # Random orders (besides the reverse) in which ``replay`` starts processes that start at one
@@ -911,6 +949,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     ``hosts_in_order`` (a host's ranks are known to start in rank order among themselves)
     only the hosts' places are reversed and shuffled.
     """
+    rows = fast_queues.rows_of(messages)
     messages = fast_queues.columns_of(messages)
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
@@ -939,7 +978,7 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,
                                     after_release=run.after_release, left=left,
-                                    owners=owners, ordered=ordered)
+                                    owners=owners, ordered=ordered, rows=rows)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])

@@ -50,7 +50,7 @@ _DUE_S = 1e-15
 
 # Actions of a rank's program.
 SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
-    TOGETHER, ALL, GHOST = range(16)
+    TOGETHER, ALL, GHOST, ROWS = range(17)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
     _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
@@ -334,12 +334,18 @@ class SharedCpus:
 class Messages:
     """A replay's messages as its schedules make them: seven columns (src and dst processes,
     latency, busy seconds, transmit and receive hosts (-1 inside a host), bytes), kept as the
-    arrays added until the replay reads them (``columns``): no Python object a message."""
+    arrays added until the replay reads them (``columns``): no Python object a message.  And
+    a table of actions that programs run rows of, (ROWS, first, end) (``add_rows``): four
+    columns, the action's kind, its two integers (messages, a bucket) and its seconds, so that
+    a schedule's thousands of actions a rank are not a Python tuple each."""
     _TYPES = (np.int64, np.int64, np.float64, np.float64, np.int64, np.int64, np.float64)
+    _ROW_TYPES = (np.int64, np.int64, np.int64, np.float64)
 
     def __init__(self):
         self._chunks = [[] for _ in self._TYPES]
+        self._row_chunks = [[] for _ in self._ROW_TYPES]
         self.count = 0
+        self.row_count = 0
 
     def add(self, columns) -> int:
         """Messages appended (seven columns of one length, arrays or lists): the first's id."""
@@ -349,16 +355,70 @@ class Messages:
         self.count += self._chunks[0][-1].size
         return first
 
+    def add_rows(self, kind, a, b, w) -> int:
+        """Actions appended to the table (four columns of one length): the first's row."""
+        first = self.row_count
+        for chunk, column, dtype in zip(self._row_chunks, (kind, a, b, w), self._ROW_TYPES):
+            chunk.append(np.asarray(column, dtype=dtype).ravel())
+        self.row_count += self._row_chunks[0][-1].size
+        return first
+
     def columns(self) -> list:
         """The seven columns, each one array."""
-        self._chunks = [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
-                        for chunk, dtype in zip(self._chunks, self._TYPES)]
+        self._chunks = _joined(self._chunks, self._TYPES)
         return [chunk[0] for chunk in self._chunks]
+
+    def rows(self) -> list:
+        """The actions' table: its four columns, each one array."""
+        self._row_chunks = _joined(self._row_chunks, self._ROW_TYPES)
+        return [chunk[0] for chunk in self._row_chunks]
+
+
+def _joined(chunks, types) -> list:
+    """Each column's chunks as one array (the only chunk of its list)."""
+    return [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
+            for chunk, dtype in zip(chunks, types)]
 
 
 def columns_of(messages) -> list:
     """A replay's messages as seven columns: ``Messages``'s, or the columns given."""
     return messages.columns() if isinstance(messages, Messages) else messages
+
+
+def rows_of(messages):
+    """A replay's actions' table (``Messages.rows``), None where it has none."""
+    return messages.rows() if isinstance(messages, Messages) and messages.row_count else None
+
+
+def _action_tuples(rows) -> list:
+    """Each row of an actions' table (``Messages.rows``) as its action's tuple."""
+    kinds, a, b, w = (np.asarray(x).tolist() for x in rows)
+    return [(k, w[r]) if k in (GLOO, COMPUTE, WAIT) else (k, a[r], b[r]) if k == EXCHANGE
+            else (k, a[r]) if k in (SEND, RECV, SIGNAL, READY) else (k,)
+            for r, k in enumerate(kinds)]
+
+
+def split_actions(rows, bounds) -> list:
+    """Per process, the actions of its rows of a table (rows ``bounds[k]`` to
+    ``bounds[k + 1]``) as tuples: a program."""
+    made = _action_tuples(rows)
+    edges = np.asarray(bounds).tolist()
+    return [made[lo:hi] for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def _with_rows(programs, rows) -> list:
+    """The programs with each ROWS action as the actions of its rows (the Python loop's)."""
+    made = None
+    out = []
+    for program in programs:
+        if not any(action[0] == ROWS for action in program):
+            out.append(program)
+            continue
+        if made is None:
+            made = _action_tuples(rows)
+        out.append([x for action in program
+                    for x in (made[action[1]:action[2]] if action[0] == ROWS else (action,))])
+    return out
 
 
 class _Direction:
@@ -432,7 +492,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
              after_release: bool = False, left: list | None = None,
-             owners: list | None = None, ordered: list | None = None):
+             owners: list | None = None, ordered: list | None = None, rows=None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -455,9 +515,12 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                to it (``SimContext.together``), all leaving in the order they came;
                (GHOST, messages): post a side of each for ranks that are not replayed,
                which act as this process does (a class of ranks), and go on (nothing
-               waits on those sides).
+               waits on those sides); (ROWS, first, end): the actions of those rows of
+               ``rows`` in turn (neither ALL nor GHOST).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
+    rows:      the actions' table of ROWS actions (``Messages.rows``: kind, two integers,
+               seconds per row).
     gloo:      the Gloo thread's rate: a reduction of w work seconds takes w / gloo.
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
@@ -503,7 +566,9 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
         return _compiled(start, order, host, programs, messages, gloo, nics, pairs=pairs,
                          compute_rate=compute_rate, together=together, cpus=cpus,
                          released=released, sequence=sequence, after_release=after_release,
-                         left=left)
+                         left=left, rows=rows)
+    if rows is not None:
+        programs = _with_rows(programs, rows)
     # (lists: this loop reads a message's fields one at a time)
     messages = [x.tolist() if isinstance(x, np.ndarray) else x for x in messages]
     src, dst, lat, busy, tx_host, rx_host = messages[:6]
@@ -903,7 +968,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int,
               compute_rate: float, together: int, cpus: SharedCpus | None,
               released: dict | None, sequence: list | None, after_release: bool,
-              left: list | None):
+              left: list | None, rows=None):
     """``simulate`` without the order note, its event loop compiled (``_replay.c``): the
     same arguments and answer, and ``cpus`` left as the Python loop leaves it.  Here the
     arrays the loop reads are made: the NIC directions' earlier state per host, the releases
@@ -938,7 +1003,8 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence, shared)
+        sequence, shared, *(np.ascontiguousarray(x, dtype=dtype) for x, dtype in zip(
+            rows if rows is not None else [()] * 4, Messages._ROW_TYPES)))
     if state is not None:
         cpus.adopt(*state)
     if refused:
