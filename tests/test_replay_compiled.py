@@ -215,12 +215,12 @@ def _tabled(draw, progs):
                 i += 1
                 continue
             kinds = [action[0] for action in run]
-            first = table.add_rows(
+            first = table.add_rows(fq.action_table(
                 kinds, [action[1] if kind in (SEND, RECV, EXCHANGE) else 0
                         for kind, action in zip(kinds, run)],
                 [action[2] if kind == EXCHANGE else 0 for kind, action in zip(kinds, run)],
                 [action[1] if kind in (GLOO, COMPUTE, WAIT) else 0.0
-                 for kind, action in zip(kinds, run)])
+                 for kind, action in zip(kinds, run)]))
             mine.append((ROWS, first, first + len(run)))
             i += len(run)
         out.append(mine)

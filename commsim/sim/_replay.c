@@ -35,6 +35,8 @@ static const double DUE_S = 1e-15;    /* fast_queues._DUE_S: a pool's job this c
 static inline int residue(double left) { return left <= EPS * fmax(1.0, left); }
 
 typedef struct { double t; int64_t seq; int kind; int64_t a, b; } Event;
+/* A row of an actions' table (``fast_queues.ROW``). */
+typedef struct { int64_t kind, a, b; double w; } Row;
 typedef struct { double w, r; int64_t k; } Job;
 typedef struct { Job *v; int64_t n, cap; } Jobs;
 
@@ -61,8 +63,9 @@ typedef struct {
     const int64_t *host, *tx, *rx;
     PyObject ***actions; Py_ssize_t *lengths; PyObject **fast;
     /* the actions' table that ROWS actions run rows of: kind, two integers, seconds */
-    const int64_t *row_kind, *row_a, *row_b; const double *row_w; Py_ssize_t nrows;
-    int64_t *sub;                       /* per process, its next row (-1: not in a table) */
+    const Row *rows; Py_ssize_t nrows;
+    int64_t *sub, *sub_end;             /* per process, its next row (-1: not in a table)
+                                           and its ROWS action's end */
     double gloo, compute_rate;
     int64_t pairs, together;
     int one_rate;
@@ -639,39 +642,55 @@ static int act(S *s, int64_t k, long kind, int64_t a, int64_t b, double w, PyObj
     return 0;
 }
 
+/* Process k's rows from its next one (``sub``) to the end of its ROWS action
+ * (``sub_end``), the action after that one being ``after``: 1 where the process waits in
+ * them, 0 where they are done, -1 on an error.  A process waiting in them keeps its place at
+ * the ROWS action and its next row, so that it goes on there without reading the action
+ * again; waiting at the last row, it goes on after the action. */
+static int run_rows(S *s, int64_t k, Py_ssize_t after, double t) {
+    int64_t end = s->sub_end[k];
+    for (int64_t r = s->sub[k]; r < end; r++) {
+        const Row *row = &s->rows[r];
+        long kind = (long)row->kind;
+        if (kind == ALL || kind == GHOST || kind == ROWS) {
+            PyErr_Format(PyExc_ValueError, "action %ld in the actions' table", kind);
+            return -1;
+        }
+        int more = r + 1 < end;
+        s->pc[k] = more ? after - 1 : after;
+        s->sub[k] = more ? r + 1 : -1;
+        int x = act(s, k, kind, row->a, row->b, row->w, NULL, t);
+        if (x) return x;
+    }
+    s->sub[k] = -1;
+    return 0;
+}
+
 /* Process k runs its program from its place at t until it waits or ends.  A ROWS action
- * (ROWS, first, end) runs the rows first .. end - 1 of the actions' table; a process waiting
- * inside it keeps its place there and its next row (``sub``). */
+ * (ROWS, first, end) runs the rows first .. end - 1 of the actions' table (``run_rows``). */
 static int run_rank(S *s, int64_t k, double t) {
     PyObject **program = s->actions[k];
     Py_ssize_t i = s->pc[k], last = s->lengths[k];
+    if (s->sub[k] >= 0) {               /* (waiting in a ROWS action's rows) */
+        int x = run_rows(s, k, i + 1, t);
+        if (x) return x < 0 ? -1 : 0;
+        i++;
+    }
     while (i < last) {
         PyObject *action = program[i++];
         long kind = PyLong_AsLong(item(action, 0));
         int64_t a = 0, b = 0;
         double w = 0.0;
         if (kind == ROWS) {
-            int64_t r = s->sub[k] >= 0 ? s->sub[k] : as_index(item(action, 1));
-            int64_t end = as_index(item(action, 2));
+            int64_t r = as_index(item(action, 1)), end = as_index(item(action, 2));
             if ((r == -1 || end == -1) && PyErr_Occurred()) return -1;
             if (r < 0 || end > s->nrows || r > end) {
                 PyErr_SetString(PyExc_ValueError, "a ROWS action past the actions' table");
                 return -1;
             }
-            for (; r < end; r++) {
-                long rk = (long)s->row_kind[r];
-                if (rk == ALL || rk == GHOST || rk == ROWS) {
-                    PyErr_Format(PyExc_ValueError, "action %ld in the actions' table", rk);
-                    return -1;
-                }
-                /* (waiting at its last row, the process goes on after the ROWS action) */
-                int more = r + 1 < end;
-                s->pc[k] = more ? i - 1 : i;
-                s->sub[k] = more ? r + 1 : -1;
-                int x = act(s, k, rk, s->row_a[r], s->row_b[r], s->row_w[r], NULL, t);
-                if (x) return x < 0 ? -1 : 0;
-            }
-            s->sub[k] = -1;
+            s->sub[k] = r; s->sub_end[k] = end;
+            int x = run_rows(s, k, i, t);
+            if (x) return x < 0 ? -1 : 0;
             continue;
         }
         if (kind == GLOO || kind == COMPUTE || kind == WAIT) {
@@ -832,7 +851,7 @@ static int loop(S *s) {
 
 static void release(S *s) {
     free(s->heap); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
-    free(s->pc); free(s->sub); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
+    free(s->pc); free(s->sub); free(s->sub_end); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
     free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
     if (s->jobs) {
         for (Py_ssize_t h = 0; h < s->hosts; h++) free(s->jobs[h].v);
@@ -925,21 +944,19 @@ static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *nam
 /* run(start, host, firsts, programs, lat, busy, tx, rx, gloo, compute_rate, pairs, together,
  *     threshold_tx, threshold_rx, quiet, releases_d, releases_h, releases_t,
  *     requested_tx, requested_rx, freed_tx, freed_rx, released_t, released_order, sequence,
- *     shared, row_kind, row_a, row_b, row_w)
+ *     shared, rows)
  * -> (finish, marks, released count, refusal, the CPUs' state) */
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
-        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo, b_rk, b_ra, b_rb,
-        b_rw;
+        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo, b_rows;
     PyObject *programs, *sequence, *shared;
     double gloo, compute_rate;
     long long pairs, together;
-    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOy*y*y*y*",
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOy*",
                           &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
                           &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
                           &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
-                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &b_rk, &b_ra, &b_rb,
-                          &b_rw))
+                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &b_rows))
         return NULL;
     S st;
     memset(&st, 0, sizeof st);
@@ -970,11 +987,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
             || need(&b_req0, hosts, 8, "requested") < 0 || need(&b_req1, hosts, 8, "requested") < 0
             || need(&b_free0, hosts, 8, "freed") < 0 || need(&b_free1, hosts, 8, "freed") < 0)
         goto done;
-    s->nrows = b_rk.len / sizeof(int64_t);
-    if (need(&b_ra, s->nrows, 8, "rows") < 0 || need(&b_rb, s->nrows, 8, "rows") < 0
-            || need(&b_rw, s->nrows, 8, "rows") < 0)
-        goto done;
-    s->row_kind = b_rk.buf; s->row_a = b_ra.buf; s->row_b = b_rb.buf; s->row_w = b_rw.buf;
+    s->nrows = b_rows.len / sizeof(Row);
+    s->rows = b_rows.buf;
     s->start = b_start.buf; s->host = b_host.buf; s->lat = b_lat.buf; s->busy = b_busy.buf;
     s->tx = b_tx.buf; s->rx = b_rx.buf;
     s->threshold[0] = b_thr0.buf; s->threshold[1] = b_thr1.buf;
@@ -1027,7 +1041,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     ZALLOC(s->posted, m); ZALLOC(s->waiting_on, 2 * m); ZALLOC(s->next_wait, m);
     for (Py_ssize_t j = 0; j < 2 * m; j++) s->waiting_on[j] = -1;
     ZALLOC(s->pending, n); ZALLOC(s->all_of, n); ZALLOC(s->pc, n); ZALLOC(s->finish, n);
-    ZALLOC(s->sub, n);
+    ZALLOC(s->sub, n); ZALLOC(s->sub_end, n);
     for (Py_ssize_t k = 0; k < n; k++) s->sub[k] = -1;
     ZALLOC(s->waits, n);
     for (Py_ssize_t k = 0; k < n; k++) { s->waits[k] = -1; s->finish[k] = s->start[k]; }
@@ -1140,8 +1154,7 @@ done:
     PyBuffer_Release(&b_quiet); PyBuffer_Release(&b_rd); PyBuffer_Release(&b_rh);
     PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
     PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
-    PyBuffer_Release(&b_relo); PyBuffer_Release(&b_rk); PyBuffer_Release(&b_ra);
-    PyBuffer_Release(&b_rb); PyBuffer_Release(&b_rw);
+    PyBuffer_Release(&b_relo); PyBuffer_Release(&b_rows);
     if (shared != Py_None) {
         PyBuffer_Release(&b_cpu); PyBuffer_Release(&b_mult); PyBuffer_Release(&b_src);
         PyBuffer_Release(&b_dst); PyBuffer_Release(&b_bytes); PyBuffer_Release(&b_done);

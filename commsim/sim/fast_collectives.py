@@ -817,7 +817,7 @@ class Schedule:
         self.account(nbytes)
         if not rows:
             return fast_queues.split_actions(table, bounds)
-        first = messages.add_rows(*table)
+        first = messages.add_rows(table)
         lo, hi = (first + bounds[:-1]).tolist(), (first + bounds[1:]).tolist()
         return [[(fast_queues.ROWS, a, b)] if a < b else [] for a, b in zip(lo, hi)]
 
@@ -832,9 +832,9 @@ class Schedule:
         return fast_queues.split_actions(table, bounds), messages
 
     def _table(self, nbytes: float, first: int, phases):
-        """``program``'s actions as a table (``fast_queues.Messages.add_rows``'s four
-        columns), position by position, each position's rows in the order it takes them;
-        where each position's rows begin (and the end); its messages.
+        """``program``'s actions as a table (``fast_queues.ROW`` records), position by
+        position, each position's rows in the order it takes them; where each position's
+        rows begin (and the end); its messages.
 
         Per step, its actions in the order a position takes them: a send's sender sends,
         then its receiver receives and reduces, message by message; in an exchange (or a
@@ -901,15 +901,16 @@ class Schedule:
                           np.tile(sec, ids.size)))
         messages = [np.concatenate([np.ravel(x[i]) for x in messages]) if messages
                     else np.zeros(0) for i in range(7)]
-        if not parts:
-            empty = np.zeros(0, dtype=np.int64)
-            return ((empty, empty, empty, np.zeros(0)), np.zeros(rows * width + 1, np.int64),
-                    messages)
-        at, *columns = (np.concatenate([x[i] for x in parts]) for i in range(5))
-        order = np.argsort(at, kind="stable")
         bounds = np.zeros(rows * width + 1, dtype=np.int64)
+        if not parts:
+            return np.zeros(0, fast_queues.ROW), bounds, messages
+        at = np.concatenate([x[0] for x in parts])
+        order = np.argsort(at, kind="stable")
         np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
-        return tuple(column[order] for column in columns), bounds, messages
+        table = np.empty(at.size, dtype=fast_queues.ROW)
+        for i, name in enumerate(fast_queues.ROW.names, start=1):
+            table[name] = np.concatenate([x[i] for x in parts])[order]
+        return table, bounds, messages
 
 
 # Random orders (besides the reverse) in which ``replay`` starts processes that start at one

@@ -331,19 +331,34 @@ class SharedCpus:
         return cap
 
 
+# A row of an actions' table: the action's kind, its two integers (messages, a bucket), its
+# seconds; one record a row, so that the compiled loop reads a row from one place.
+ROW = np.dtype([("kind", np.int64), ("a", np.int64), ("b", np.int64), ("w", np.float64)])
+
+
+_NO_ROWS = np.zeros(0, ROW)
+
+
+def action_table(kind, a, b, w) -> np.ndarray:
+    """An actions' table (``ROW`` records) from its four columns."""
+    table = np.empty(np.size(kind), dtype=ROW)
+    for name, column in zip(ROW.names, (kind, a, b, w)):
+        table[name] = column
+    return table
+
+
 class Messages:
     """A replay's messages as its schedules make them: seven columns (src and dst processes,
     latency, busy seconds, transmit and receive hosts (-1 inside a host), bytes), kept as the
     arrays added until the replay reads them (``columns``): no Python object a message.  And
-    a table of actions that programs run rows of, (ROWS, first, end) (``add_rows``): four
-    columns, the action's kind, its two integers (messages, a bucket) and its seconds, so that
-    a schedule's thousands of actions a rank are not a Python tuple each."""
+    a table of actions (``ROW`` records) that programs run rows of, (ROWS, first, end)
+    (``add_rows``), so that a schedule's thousands of actions a rank are not a Python tuple
+    each."""
     _TYPES = (np.int64, np.int64, np.float64, np.float64, np.int64, np.int64, np.float64)
-    _ROW_TYPES = (np.int64, np.int64, np.int64, np.float64)
 
     def __init__(self):
         self._chunks = [[] for _ in self._TYPES]
-        self._row_chunks = [[] for _ in self._ROW_TYPES]
+        self._row_chunks = []
         self.count = 0
         self.row_count = 0
 
@@ -355,29 +370,24 @@ class Messages:
         self.count += self._chunks[0][-1].size
         return first
 
-    def add_rows(self, kind, a, b, w) -> int:
-        """Actions appended to the table (four columns of one length): the first's row."""
+    def add_rows(self, table) -> int:
+        """An actions' table appended (``ROW`` records): its first row's number."""
         first = self.row_count
-        for chunk, column, dtype in zip(self._row_chunks, (kind, a, b, w), self._ROW_TYPES):
-            chunk.append(np.asarray(column, dtype=dtype).ravel())
-        self.row_count += self._row_chunks[0][-1].size
+        self._row_chunks.append(table)
+        self.row_count += table.size
         return first
 
     def columns(self) -> list:
         """The seven columns, each one array."""
-        self._chunks = _joined(self._chunks, self._TYPES)
+        self._chunks = [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
+                        for chunk, dtype in zip(self._chunks, self._TYPES)]
         return [chunk[0] for chunk in self._chunks]
 
-    def rows(self) -> list:
-        """The actions' table: its four columns, each one array."""
-        self._row_chunks = _joined(self._row_chunks, self._ROW_TYPES)
-        return [chunk[0] for chunk in self._row_chunks]
-
-
-def _joined(chunks, types) -> list:
-    """Each column's chunks as one array (the only chunk of its list)."""
-    return [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
-            for chunk, dtype in zip(chunks, types)]
+    def rows(self) -> np.ndarray:
+        """The actions' table, one array."""
+        self._row_chunks = [np.concatenate(self._row_chunks) if self._row_chunks
+                            else np.zeros(0, ROW)]
+        return self._row_chunks[0]
 
 
 def columns_of(messages) -> list:
@@ -391,8 +401,8 @@ def rows_of(messages):
 
 
 def _action_tuples(rows) -> list:
-    """Each row of an actions' table (``Messages.rows``) as its action's tuple."""
-    kinds, a, b, w = (np.asarray(x).tolist() for x in rows)
+    """Each row of an actions' table as its action's tuple."""
+    kinds, a, b, w = (rows[name].tolist() for name in ROW.names)
     return [(k, w[r]) if k in (GLOO, COMPUTE, WAIT) else (k, a[r], b[r]) if k == EXCHANGE
             else (k, a[r]) if k in (SEND, RECV, SIGNAL, READY) else (k,)
             for r, k in enumerate(kinds)]
@@ -519,8 +529,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                ``rows`` in turn (neither ALL nor GHOST).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
-    rows:      the actions' table of ROWS actions (``Messages.rows``: kind, two integers,
-               seconds per row).
+    rows:      the actions' table of ROWS actions (``Messages.rows``: ``ROW`` records).
     gloo:      the Gloo thread's rate: a reduction of w work seconds takes w / gloo.
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
@@ -1003,8 +1012,7 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence, shared, *(np.ascontiguousarray(x, dtype=dtype) for x, dtype in zip(
-            rows if rows is not None else [()] * 4, Messages._ROW_TYPES)))
+        sequence, shared, np.ascontiguousarray(rows) if rows is not None else _NO_ROWS)
     if state is not None:
         cpus.adopt(*state)
     if refused:
