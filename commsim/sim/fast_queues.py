@@ -334,8 +334,6 @@ class SharedCpus:
 # A row of an actions' table: the action's kind, its two integers (messages, a bucket), its
 # seconds; one record a row, so that the compiled loop reads a row from one place.
 ROW = np.dtype([("kind", np.int64), ("a", np.int64), ("b", np.int64), ("w", np.float64)])
-
-
 _NO_ROWS = np.zeros(0, ROW)
 
 
@@ -386,7 +384,7 @@ class Messages:
     def rows(self) -> np.ndarray:
         """The actions' table, one array."""
         self._row_chunks = [np.concatenate(self._row_chunks) if self._row_chunks
-                            else np.zeros(0, ROW)]
+                            else _NO_ROWS]
         return self._row_chunks[0]
 
 
@@ -1012,7 +1010,7 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence, shared, np.ascontiguousarray(rows) if rows is not None else _NO_ROWS)
+        sequence, shared, _NO_ROWS if rows is None else np.ascontiguousarray(rows, dtype=ROW))
     if state is not None:
         cpus.adopt(*state)
     if refused:
