@@ -30,7 +30,10 @@ def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics
     compiled = fq._replay
     assert kw.get("ordered") is None
     for program in programs:
-        seen.update(action[0] for action in program)
+        for action in program:
+            seen[action[0]] += 1
+            if action[0] == ROWS:            # (and the actions of its rows)
+                seen.update(kw["rows"]["kind"][action[1]:action[2]].tolist())
     copies = copy.deepcopy((start, order, host, programs, messages, gloo, nics, kw))
     answers = []
     for loop, args in ((None, copies), (compiled, (start, order, host, programs, messages,
@@ -105,8 +108,8 @@ def test_the_fast_engine_s_replays_are_the_same_both_ways(seen):
                     engine="fast")
         except UserError:
             pass
-    # every action but GHOST (only in replays by class: below), and a refusal
-    assert set(seen) >= set(range(GHOST)) | {"refused", "calls"}, seen
+    # every action but GHOST (only in replays by class: below), rows of a table, and a refusal
+    assert set(seen) >= set(range(GHOST)) | {ROWS, "refused", "calls"}, seen
 
 
 # The DES's processor sharing (``SharedCpus``): crowded hosts out of step (each host's jobs

@@ -696,6 +696,7 @@ class Schedule:
         self.alike = alike
         self._run = run
         self.steps: list[tuple] = []
+        self._shape = None          # (``_shaped``'s, for the steps it was built from)
         self._flat = _cols(idx.reshape(-1))
         # Bytes per byte of the collective, per position.
         self.sent, self.received = np.zeros(idx.shape), np.zeros(idx.shape)
@@ -784,7 +785,8 @@ class Schedule:
             # Alone: the first collective on these NICs (DDP's buffer broadcast), every rank
             # leaving when it is done.
             run.backward_end = backward_end
-            programs, messages = self.program(nbytes)
+            messages = fast_queues.Messages()
+            programs = self._added(nbytes, messages)
             flat = idx.ravel()
             whole = [[] for _ in range(run.ranks.size)]
             for k, program in zip(flat.tolist(), programs):
@@ -812,9 +814,15 @@ class Schedule:
         actions.  ``phases``: its steps appended, as ``program`` gives them.  ``rows``: each
         position's actions as one ROWS action on the table ``messages`` keeps, not a tuple
         each (for a replay that only runs them)."""
+        programs = self._added(nbytes, messages, phases, rows)
+        self.account(nbytes)
+        return programs
+
+    def _added(self, nbytes: float, messages, phases=None, rows: bool = True) -> list:
+        """``replayed``'s programs, its messages (with ``rows``, its actions' table too)
+        added to ``messages``, its bytes not counted."""
         table, bounds, mine = self._table(nbytes, messages.count, phases)
         messages.add(mine)
-        self.account(nbytes)
         if not rows:
             return fast_queues.split_actions(table, bounds)
         first = messages.add_rows(table)
@@ -834,7 +842,36 @@ class Schedule:
     def _table(self, nbytes: float, first: int, phases):
         """``program``'s actions as a table (``fast_queues.ROW`` records), position by
         position, each position's rows in the order it takes them; where each position's
-        rows begin (and the end); its messages.
+        rows begin (and the end); its messages.  From ``_shape`` (built once): the message
+        numbers offset by ``first``, the seconds and bytes scaled by ``nbytes``, in the
+        arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte)."""
+        shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
+            else self._shaped()
+        _, kind, a, b, messages_a, messages_b, work, bounds, columns, steps = shape
+        table = np.empty(kind.size, dtype=fast_queues.ROW)
+        table["kind"] = kind
+        table["a"] = a + first * messages_a
+        table["b"] = b + first * messages_b
+        table["w"] = work * nbytes
+        src, dst, lat, mult, per_byte, hs, hd = columns
+        size = mult * nbytes
+        if phases is not None:
+            for what, lo, hi, at, seconds in steps:
+                if what == "messages":
+                    phases.append(("messages", first + lo, first + hi))
+                if at is not None:
+                    spent = np.zeros(self._run.ranks.size)
+                    spent[at] = seconds * nbytes
+                    phases.append(("work", spent))
+        return table, bounds, [src, dst, lat, size * per_byte, hs, hd, size]
+
+    def _shaped(self) -> tuple:
+        """``_table``'s table for any size, built once: per row (by position, in the order
+        each takes them) its kind, its two integers before the message numbers' offset and
+        which of them are message numbers, its work per byte; where each position's rows
+        begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
+        seconds a byte, tx and rx hosts); per step, its phase (``program``'s ``phases``: its
+        messages' numbers, the ranks that reduce and their work per byte).
 
         Per step, its actions in the order a position takes them: a send's sender sends,
         then its receiver receives and reduces, message by message; in an exchange (or a
@@ -843,39 +880,32 @@ class Schedule:
         run, idx = self._run, self.idx
         rows, width = idx.shape
         flat = np.arange(rows * width).reshape(rows, width)
-        parts = []                    # per step: positions, kinds, a, b, seconds (in order)
+        parts = []                    # per step: positions, kinds, a, b, work (in order)
         messages = []
-        count = first
+        steps = []
+        count = 0
         for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
             cols = np.arange(width)[src]
-            w = work * nbytes
             if kind == _GLOO:
                 at = flat[:, cols].ravel()
                 none = np.zeros(at.size, dtype=np.int64)
                 parts.append((at, np.full(at.size, fast_queues.GLOO), none, none,
-                              np.full(at.size, w)))
-                if phases is not None:
-                    seconds = np.zeros(run.ranks.size)
-                    seconds[idx[:, cols]] = w
-                    phases.append(("work", seconds))
+                              np.full(at.size, work)))
+                steps.append(("work", 0, 0, idx[:, cols], work))
                 continue
             to = np.arange(width)[dst] if kind == _SEND else cols[dst]
             s, d = flat[:, cols], flat[:, to]
             inter = crossing[0]
             hs = np.where(inter, run.ranks[idx[:, cols]] // run.rph, -1)
             hd = np.where(inter, run.ranks[idx[:, to]] // run.rph, -1)
-            ids = count + np.arange(s.size).reshape(s.shape)
+            ids = count + np.arange(s.size)
             messages.append((idx[:, cols], idx[:, to], np.broadcast_to(lat, s.shape),
-                             np.broadcast_to(mult * nbytes * per_byte, s.shape), hs, hd,
-                             np.broadcast_to(mult * nbytes, s.shape)))
-            if phases is not None:
-                phases.append(("messages", count, count + s.size))
-                if work:                   # the receivers' reductions
-                    seconds = np.zeros(run.ranks.size)
-                    seconds[idx[:, to] if kind == _SEND else idx[:, cols]] = w
-                    phases.append(("work", seconds))
+                             np.broadcast_to(mult, s.shape), np.broadcast_to(per_byte, s.shape),
+                             hs, hd))
+            steps.append(("messages", count, count + s.size,
+                          (idx[:, to] if kind == _SEND else idx[:, cols]) if work else None,
+                          work))
             count += s.size
-            ids = ids.ravel()
             zero = np.zeros_like(ids)
             if kind == _SEND:
                 # (per message: its sender's send, its receiver's receive and reduction)
@@ -894,23 +924,31 @@ class Schedule:
                 kinds.append(fast_queues.GLOO)
                 a.append(zero)
                 b.append(zero)
-                sec.append(w)
+                sec.append(work)
             # (interleaved: message by message, its actions in turn)
             parts.append((np.stack(at, axis=1).ravel(), np.tile(kinds, ids.size),
                           np.stack(a, axis=1).ravel(), np.stack(b, axis=1).ravel(),
                           np.tile(sec, ids.size)))
-        messages = [np.concatenate([np.ravel(x[i]) for x in messages]) if messages
-                    else np.zeros(0) for i in range(7)]
+        columns = [np.concatenate([np.ravel(x[i]) for x in messages]).astype(dtype)
+                   if messages else np.zeros(0, dtype)
+                   for i, dtype in enumerate((np.int64, np.int64, np.float64, np.float64,
+                                              np.float64, np.int64, np.int64))]
         bounds = np.zeros(rows * width + 1, dtype=np.int64)
-        if not parts:
-            return np.zeros(0, fast_queues.ROW), bounds, messages
-        at = np.concatenate([x[0] for x in parts])
-        order = np.argsort(at, kind="stable")
-        np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
-        table = np.empty(at.size, dtype=fast_queues.ROW)
-        for i, name in enumerate(fast_queues.ROW.names, start=1):
-            table[name] = np.concatenate([x[i] for x in parts])[order]
-        return table, bounds, messages
+        if parts:
+            at = np.concatenate([x[0] for x in parts])
+            order = np.argsort(at, kind="stable")
+            np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
+            kind, a, b, work = (np.concatenate([x[i] for x in parts])[order]
+                                for i in range(1, 5))
+        else:
+            kind = a = b = np.zeros(0, dtype=np.int64)
+            work = np.zeros(0)
+        kind = kind.astype(np.int64)
+        messages_a = (kind != fast_queues.GLOO).astype(np.int64)
+        messages_b = (kind == fast_queues.EXCHANGE).astype(np.int64)
+        self._shape = (len(self.steps), kind, a, b, messages_a, messages_b,
+                       work.astype(np.float64), bounds, columns, steps)
+        return self._shape
 
 
 # Random orders (besides the reverse) in which ``replay`` starts processes that start at one
