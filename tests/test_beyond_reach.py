@@ -124,7 +124,7 @@ def test_a_sweep_leaves_those_cells_out_naming_why(capsys):
 
 
 def test_a_replay_past_the_free_memory_is_declined_before_it_starts(capsys, monkeypatch):
-    """Every rank's replay holds its messages (about 0.2 KiB each; DDP's buckets all at once):
+    """Every rank's replay holds its messages (0.15-0.26 KiB each; DDP's buckets all at once):
     where they would not fit in the memory this machine has free, the fast engine says so
     before it builds them (the kernel would kill it later), and ``--engine auto`` runs the
     DES where it ends soon."""

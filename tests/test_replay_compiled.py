@@ -29,11 +29,12 @@ def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics
     """``simulate`` in Python and compiled; raises unless they agree; the compiled answer."""
     compiled = fq._replay
     assert kw.get("ordered") is None
+    table = np.concatenate(kw["rows"]) if kw.get("rows") else None
     for program in programs:
         for action in program:
             seen[action[0]] += 1
             if action[0] == ROWS:            # (and the actions of its rows)
-                seen.update(kw["rows"]["kind"][action[1]:action[2]].tolist())
+                seen.update(table["kind"][action[1]:action[2]].tolist())
     copies = copy.deepcopy((start, order, host, programs, messages, gloo, nics, kw))
     answers = []
     for loop, args in ((None, copies), (compiled, (start, order, host, programs, messages,

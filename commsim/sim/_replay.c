@@ -63,7 +63,8 @@ typedef struct {
     const int64_t *host, *tx, *rx;
     PyObject ***actions; Py_ssize_t *lengths; PyObject **fast;
     /* the actions' table that ROWS actions run rows of: kind, two integers, seconds */
-    const Row *rows; Py_ssize_t nrows;
+    Py_buffer *chunk_views; const Row **chunk; int64_t *chunk_first; Py_ssize_t nchunks;
+    const Row **rows;                   /* per process, its ROWS action's chunk */
     int64_t *sub, *sub_end;             /* per process, its next row (-1: not in a table)
                                            and its ROWS action's end */
     double gloo, compute_rate;
@@ -656,7 +657,7 @@ static int act(S *s, int64_t k, long kind, int64_t a, int64_t b, double w, PyObj
 static int run_rows(S *s, int64_t k, Py_ssize_t after, double t) {
     int64_t end = s->sub_end[k];
     for (int64_t r = s->sub[k]; r < end; r++) {
-        const Row *row = &s->rows[r];
+        const Row *row = &s->rows[k][r];
         long kind = (long)row->kind;
         if (kind == ALL || kind == GHOST || kind == ROWS) {
             PyErr_Format(PyExc_ValueError, "action %ld in the actions' table", kind);
@@ -690,11 +691,18 @@ static int run_rank(S *s, int64_t k, double t) {
         if (kind == ROWS) {
             int64_t r = as_index(item(action, 1)), end = as_index(item(action, 2));
             if ((r == -1 || end == -1) && PyErr_Occurred()) return -1;
-            if (r < 0 || end > s->nrows || r > end) {
-                PyErr_SetString(PyExc_ValueError, "a ROWS action past the actions' table");
+            /* (the chunk that holds them: the last that begins at or before the first) */
+            Py_ssize_t lo = 0, hi = s->nchunks;
+            while (hi - lo > 1) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (s->chunk_first[mid] <= r) lo = mid; else hi = mid;
+            }
+            if (r < 0 || r > end || !s->nchunks || end > s->chunk_first[lo + 1]) {
+                PyErr_SetString(PyExc_ValueError, "a ROWS action past its chunk of the table");
                 return -1;
             }
-            s->sub[k] = r; s->sub_end[k] = end;
+            s->rows[k] = s->chunk[lo];
+            s->sub[k] = r - s->chunk_first[lo]; s->sub_end[k] = end - s->chunk_first[lo];
             int x = run_rows(s, k, i, t);
             if (x) return x < 0 ? -1 : 0;
             continue;
@@ -867,6 +875,8 @@ static void release(S *s) {
         free(s->holder[d]); free(s->head[d]); free(s->tail[d]); free(s->passed[d]);
     }
     free(s->has_quiet); free(s->released_order);
+    for (Py_ssize_t j = 0; j < s->nchunks; j++) PyBuffer_Release(&s->chunk_views[j]);
+    free(s->chunk_views); free(s->chunk); free(s->chunk_first); free(s->rows);
     if (s->fast) {
         for (Py_ssize_t k = 0; k < s->n; k++) Py_XDECREF(s->fast[k]);
         free(s->fast);
@@ -950,19 +960,19 @@ static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *nam
 /* run(start, host, firsts, programs, lat, busy, tx, rx, gloo, compute_rate, pairs, together,
  *     threshold_tx, threshold_rx, quiet, releases_d, releases_h, releases_t,
  *     requested_tx, requested_rx, freed_tx, freed_rx, released_t, released_order, sequence,
- *     shared, rows)
+ *     shared, the actions' table's chunks)
  * -> (finish, marks, released count, refusal, the CPUs' state) */
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
-        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo, b_rows;
-    PyObject *programs, *sequence, *shared;
+        b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo;
+    PyObject *programs, *sequence, *shared, *chunks;
     double gloo, compute_rate;
     long long pairs, together;
-    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOy*",
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOO",
                           &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
                           &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
                           &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
-                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &b_rows))
+                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &chunks))
         return NULL;
     S st;
     memset(&st, 0, sizeof st);
@@ -993,8 +1003,23 @@ static PyObject *run(PyObject *self, PyObject *args) {
             || need(&b_req0, hosts, 8, "requested") < 0 || need(&b_req1, hosts, 8, "requested") < 0
             || need(&b_free0, hosts, 8, "freed") < 0 || need(&b_free1, hosts, 8, "freed") < 0)
         goto done;
-    s->nrows = b_rows.len / sizeof(Row);
-    s->rows = b_rows.buf;
+    {   /* the actions' table, in chunks (each ROWS action's rows lie in one) */
+        PyObject *f = PySequence_Fast(chunks, "the actions' table");
+        if (!f) goto done;
+        Py_ssize_t c = PySequence_Fast_GET_SIZE(f);
+        s->chunk_views = calloc(c > 0 ? c : 1, sizeof(Py_buffer));
+        s->chunk = calloc(c > 0 ? c : 1, sizeof(Row *));
+        s->chunk_first = calloc(c + 1, sizeof(int64_t));
+        if (!s->chunk_views || !s->chunk || !s->chunk_first) { Py_DECREF(f); goto nomem; }
+        for (Py_ssize_t j = 0; j < c; j++) {
+            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(f, j), &s->chunk_views[j],
+                                   PyBUF_SIMPLE) < 0) { Py_DECREF(f); goto done; }
+            s->nchunks = j + 1;
+            s->chunk[j] = s->chunk_views[j].buf;
+            s->chunk_first[j + 1] = s->chunk_first[j] + s->chunk_views[j].len / sizeof(Row);
+        }
+        Py_DECREF(f);
+    }
     s->start = b_start.buf; s->host = b_host.buf; s->lat = b_lat.buf; s->busy = b_busy.buf;
     s->tx = b_tx.buf; s->rx = b_rx.buf;
     s->threshold[0] = b_thr0.buf; s->threshold[1] = b_thr1.buf;
@@ -1047,7 +1072,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     ZALLOC(s->posted, m); ZALLOC(s->waiting_on, 2 * m); ZALLOC(s->next_wait, m);
     for (Py_ssize_t j = 0; j < 2 * m; j++) s->waiting_on[j] = -1;
     ZALLOC(s->pending, n); ZALLOC(s->all_of, n); ZALLOC(s->pc, n); ZALLOC(s->finish, n);
-    ZALLOC(s->sub, n); ZALLOC(s->sub_end, n);
+    ZALLOC(s->sub, n); ZALLOC(s->sub_end, n); ZALLOC(s->rows, n);
     for (Py_ssize_t k = 0; k < n; k++) s->sub[k] = -1;
     ZALLOC(s->waits, n);
     for (Py_ssize_t k = 0; k < n; k++) { s->waits[k] = -1; s->finish[k] = s->start[k]; }
@@ -1160,7 +1185,7 @@ done:
     PyBuffer_Release(&b_quiet); PyBuffer_Release(&b_rd); PyBuffer_Release(&b_rh);
     PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
     PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
-    PyBuffer_Release(&b_relo); PyBuffer_Release(&b_rows);
+    PyBuffer_Release(&b_relo);
     if (shared != Py_None) {
         PyBuffer_Release(&b_cpu); PyBuffer_Release(&b_mult); PyBuffer_Release(&b_src);
         PyBuffer_Release(&b_dst); PyBuffer_Release(&b_bytes); PyBuffer_Release(&b_done);

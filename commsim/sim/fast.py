@@ -213,10 +213,11 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
 
 
 # A whole replay's memory a message, at its peak: its seven columns, its rows in the actions'
-# table, the replay's state (peak resident memory over the start's, per message: 203-227 B
-# with Rabenseifner and two ranks a host beside a slow link, a ring per tensor at 1,024-8,192
-# ranks and DDP at 65,536; a margin above that).
-_REPLAY_BYTES_PER_MESSAGE = 240
+# table, the replay's state (peak resident memory over the start's, per message, with
+# Rabenseifner and two ranks a host: 148 B beside a slow link, a ring per tensor at 1,024 and
+# 4,096 ranks; 252-260 B under DDP beside a straggler or a slow link at 65,536 ranks, whose
+# 131,072 processes add their own; a margin above that).
+_REPLAY_BYTES_PER_MESSAGE = 280
 
 
 def _fits_in_memory(messages: int) -> None:

@@ -847,12 +847,12 @@ class Schedule:
         arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte)."""
         shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
             else self._shaped()
-        _, kind, a, b, messages_a, messages_b, work, bounds, columns, steps = shape
-        table = np.empty(kind.size, dtype=fast_queues.ROW)
-        table["kind"] = kind
-        table["a"] = a + first * messages_a
-        table["b"] = b + first * messages_b
-        table["w"] = work * nbytes
+        _, base, messages_a, messages_b, bounds, columns, steps = shape
+        table = base.copy()
+        if first:
+            for name, where in (("a", messages_a), ("b", messages_b)):
+                np.add(table[name], first, out=table[name], where=where)
+        np.multiply(table["w"], nbytes, out=table["w"])
         src, dst, lat, mult, per_byte, hs, hd = columns
         size = mult * nbytes
         if phases is not None:
@@ -867,9 +867,9 @@ class Schedule:
 
     def _shaped(self) -> tuple:
         """``_table``'s table for any size, built once: per row (by position, in the order
-        each takes them) its kind, its two integers before the message numbers' offset and
-        which of them are message numbers, its work per byte; where each position's rows
-        begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
+        each takes them) its kind, its two integers before the message numbers' offset, its
+        work per byte (``fast_queues.ROW`` records), and which of the integers are message
+        numbers; where each position's rows begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
         seconds a byte, tx and rx hosts); per step, its phase (``program``'s ``phases``: its
         messages' numbers, the ranks that reduce and their work per byte).
 
@@ -943,11 +943,9 @@ class Schedule:
         else:
             kind = a = b = np.zeros(0, dtype=np.int64)
             work = np.zeros(0)
-        kind = kind.astype(np.int64)
-        messages_a = (kind != fast_queues.GLOO).astype(np.int64)
-        messages_b = (kind == fast_queues.EXCHANGE).astype(np.int64)
-        self._shape = (len(self.steps), kind, a, b, messages_a, messages_b,
-                       work.astype(np.float64), bounds, columns, steps)
+        base = fast_queues.action_table(kind, a, b, work)
+        self._shape = (len(self.steps), base, kind != fast_queues.GLOO,
+                       kind == fast_queues.EXCHANGE, bounds, columns, steps)
         return self._shape
 
 

@@ -376,16 +376,18 @@ class Messages:
         return first
 
     def columns(self) -> list:
-        """The seven columns, each one array."""
-        self._chunks = [[np.concatenate(chunk) if chunk else np.zeros(0, dtype)]
-                        for chunk, dtype in zip(self._chunks, self._TYPES)]
+        """The seven columns, each one array (joined a column at a time, each column's chunks
+        freed as it is joined: the replay's peak is one column over its messages)."""
+        for i, dtype in enumerate(self._TYPES):
+            chunks = self._chunks[i]
+            self._chunks[i] = [np.concatenate(chunks) if chunks else np.zeros(0, dtype)]
+            del chunks
         return [chunk[0] for chunk in self._chunks]
 
-    def rows(self) -> np.ndarray:
-        """The actions' table, one array."""
-        self._row_chunks = [np.concatenate(self._row_chunks) if self._row_chunks
-                            else _NO_ROWS]
-        return self._row_chunks[0]
+    def rows(self) -> list:
+        """The actions' table: its chunks as added, in order (a ROWS action's rows lie in
+        one; not joined, which would copy the replay's largest array)."""
+        return list(self._row_chunks)
 
 
 def columns_of(messages) -> list:
@@ -415,7 +417,9 @@ def split_actions(rows, bounds) -> list:
 
 
 def _with_rows(programs, rows) -> list:
-    """The programs with each ROWS action as the actions of its rows (the Python loop's)."""
+    """The programs with each ROWS action as the actions of its rows (the Python loop's;
+    ``rows``: the table's chunks)."""
+    rows = np.concatenate(rows) if len(rows) else _NO_ROWS
     made = None
     out = []
     for program in programs:
@@ -527,7 +531,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                ``rows`` in turn (neither ALL nor GHOST).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
                a host of -1 marks a message inside a host (no NIC: latency + busy).
-    rows:      the actions' table of ROWS actions (``Messages.rows``: ``ROW`` records).
+    rows:      the actions' table of ROWS actions (``Messages.rows``: chunks of ``ROW``
+               records, each action's rows in one).
     gloo:      the Gloo thread's rate: a reduction of w work seconds takes w / gloo.
     cpus:      the DES's processor sharing instead (``SharedCpus``; ``gloo`` and
                ``compute_rate`` then unused), with a seventh column of ``messages``, their
@@ -1010,7 +1015,7 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence, shared, _NO_ROWS if rows is None else np.ascontiguousarray(rows, dtype=ROW))
+        sequence, shared, [np.ascontiguousarray(chunk, dtype=ROW) for chunk in rows or ()])
     if state is not None:
         cpus.adopt(*state)
     if refused:
