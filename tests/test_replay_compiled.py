@@ -312,3 +312,18 @@ def test_crowded_nic_directions_are_the_same_both_ways(case):
     start, order, host, progs, columns, gloo, nics, kw = case
     both_ways(fq.simulate, collections.Counter(), start, order, host, progs, columns, gloo,
               nics, **kw)
+
+
+def test_the_build_runs_these_actions_and_refuses_a_message_past_the_table():
+    """The compiled loop is used only where it knows fast_queues' actions (a build older than
+    ROWS is left for the Python loop), and an action naming a message that is not there is a
+    ValueError, not a read past the arrays."""
+    from commsim.sim import _replay
+    assert fq._replay is _replay and _replay.ROWS == ROWS
+    columns = [[0], [1], [0.5], [0.5], [-1], [-1]]
+    table = fq.Messages()
+    for bad in (1, -1):
+        first = table.add_rows(fq.action_table([SEND], [bad], [0], [0.0]))
+        with pytest.raises(ValueError, match="past the messages"):
+            fq.simulate([0.0, 0.0], [0, 1], [0, 0], [[(ROWS, first, first + 1)], [(RECV, 0)]],
+                        columns, 1.0, NicState(1), rows=table.rows())

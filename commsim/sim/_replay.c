@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Actions and events: fast_queues' numbering (checked there at import). */
+/* Actions and events: fast_queues' numbering (the module's ROWS, the last action, is checked
+ * there at import: a build older than its actions is not used). */
 enum { SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY,
        JOIN, TOGETHER, ALL, GHOST, ROWS };
 enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX_RELEASED,
@@ -590,6 +591,11 @@ static int act(S *s, int64_t k, long kind, int64_t a, int64_t b, double w, PyObj
             return push(s, t + nonnegative(due), E_TIMER, h, version) < 0 ? -1 : 1;
         }
         return push(s, t, E_RESUME, k, 0) < 0 ? -1 : 1;
+    }
+    if ((kind == EXCHANGE || kind == SEND || kind == RECV)
+            && (a < 0 || a >= s->m || (kind == EXCHANGE && (b < 0 || b >= s->m)))) {
+        PyErr_SetString(PyExc_ValueError, "an action's message is past the messages");
+        return -1;
     }
     if (kind == EXCHANGE) {
         s->pending[k] = 2; s->all_of[k] = 1;
@@ -1206,4 +1212,8 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__replay(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "ROWS", ROWS) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

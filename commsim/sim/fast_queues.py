@@ -51,6 +51,8 @@ _DUE_S = 1e-15
 # Actions of a rank's program.
 SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
     TOGETHER, ALL, GHOST, ROWS = range(17)
+if _replay is not None and getattr(_replay, "ROWS", None) != ROWS:
+    _replay = None          # (a build older than these actions: the Python loop runs)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
     _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
