@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from commsim.api import Scenario, predict
 from commsim.errors import UserError
-from commsim.sim.fast_queues import EXCHANGE, GLOO, MARK, RECV, SEND, WAIT, NicState, simulate
+from commsim.sim.fast_queues import (EXCHANGE, GLOO, MARK, RECV, SEND, WAIT, Messages, NicState,
+                                     simulate)
 from test_fast_engine import ONE_TENSOR, THREADS, assert_same
 from test_fast_whatifs import DISTINCT
 
@@ -217,8 +218,10 @@ def test_an_order_free_replay_is_the_same_in_every_order(data):
     p = hosts * local
     spec = run_spec(DISTINCT, "ring", hosts, scenario("ring", hosts, local, algorithm=algorithm))
     run = Run(spec, cost_inputs(spec, DISTINCT), np.arange(p))
-    programs, messages = SCHEDULES[algorithm](run, Block(np.arange(p)[None], p)).program(
-        float(data.draw(st.sampled_from([1e3, 4e5]))))
+    table = Messages()
+    programs = SCHEDULES[algorithm](run, Block(np.arange(p)[None], p)).added(
+        float(data.draw(st.sampled_from([1e3, 4e5]))), table, rows=False)
+    messages = table.columns()
     start = data.draw(st.lists(st.sampled_from([0.0, 1e-3, 2e-3]), min_size=p, max_size=p))
     owner = (np.arange(p) // local).tolist()
 

@@ -1577,8 +1577,8 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
             program += [(fast_queues.COMPUTE, costs.backward_s * replayed.factor[k]),
                         (fast_queues.MARK,), (fast_queues.ENTER,),
                         (fast_queues.WAIT, costs.overhead("all_reduce"))]
-    body, mine = SCHEDULES[algorithm](replayed, wave.block).program(nbytes, messages.count)
-    messages.add(mine)
+    # (tuples: each track's are cut below)
+    body = SCHEDULES[algorithm](replayed, wave.block).added(nbytes, messages, rows=False)
     # Each track's steps up to its last in use (those past it would only keep it paired, and
     # their messages could queue on its NIC ahead of ones in use): its actions up to that
     # exchange and the reduction after it; those of the classes' tracks to the end, a mark
@@ -1754,9 +1754,8 @@ def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broa
     known = True
     if broadcast and n == p:
         blk = Block(np.arange(p)[None], p)
-        tree, mine = binomial_broadcast_schedule(run, blk, "broadcast").program(
-            float(costs.buffer_bytes), messages.count)
-        messages.add(mine)
+        tree = binomial_broadcast_schedule(run, blk, "broadcast").added(
+            float(costs.buffer_bytes), messages)
         for program, body in zip(steps, tree):
             program += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("broadcast")),
                         *body, (fast_queues.TOGETHER,), (fast_queues.EXIT,)]

@@ -56,7 +56,7 @@ def covers(run: Run) -> bool:
 def classes(begin, factor, messages, phases) -> np.ndarray:
     """Per rank, its class: ranks that act alike when the stretch is timed with generic
     seconds.  ``begin`` and ``factor``: per rank, when it starts and its compute factor (its
-    jobs' work scales with it).  ``phases``, in order (``Schedule.program``'s): ("messages",
+    jobs' work scales with it).  ``phases``, in order (``Schedule.added``'s): ("messages",
     first, end) for one step's messages (ids first..end-1, each done when both its sides are
     posted, a rank done with the step when all its messages of it are), or ("work", seconds
     per rank) for CPU work."""

@@ -786,7 +786,7 @@ class Schedule:
             # leaving when it is done.
             run.backward_end = backward_end
             messages = fast_queues.Messages()
-            programs = self._added(nbytes, messages)
+            programs = self.added(nbytes, messages)
             flat = idx.ravel()
             whole = [[] for _ in range(run.ranks.size)]
             for k, program in zip(flat.tolist(), programs):
@@ -809,18 +809,21 @@ class Schedule:
         run.nic_received[self._flat] += nbytes * self.nic_received.reshape(-1)
 
     def replayed(self, nbytes: float, messages, phases=None, rows: bool = False):
-        """One more collective of ``nbytes`` for a replay of several: its messages added to
-        ``messages`` (``fast_queues.Messages``), its bytes counted; per position, its
-        actions.  ``phases``: its steps appended, as ``program`` gives them.  ``rows``: each
-        position's actions as one ROWS action on the table ``messages`` keeps, not a tuple
-        each (for a replay that only runs them)."""
-        programs = self._added(nbytes, messages, phases, rows)
+        """``added``, and the collective's bytes counted: one more collective of ``nbytes``
+        for a replay of several."""
+        programs = self.added(nbytes, messages, phases, rows)
         self.account(nbytes)
         return programs
 
-    def _added(self, nbytes: float, messages, phases=None, rows: bool = True) -> list:
-        """``replayed``'s programs, its messages (with ``rows``, its actions' table too)
-        added to ``messages``, its bytes not counted."""
+    def added(self, nbytes: float, messages, phases=None, rows: bool = True) -> list:
+        """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: its messages
+        added to ``messages`` (``fast_queues.Messages``: src, dst, latency, busy, tx host, rx
+        host, bytes; src and dst as indices into the run's ranks, hosts -1 inside a host);
+        per position of the block (row-major), its actions (sends, receives, exchanges,
+        reductions): as tuples, or with ``rows`` one ROWS action on its actions' table, which
+        ``messages`` keeps.  ``phases``: a list to which each step is appended, ("messages",
+        first id, end id) or ("work", seconds per rank of the run) (``fast_classes.classes``).
+        Its bytes are not counted (``replayed`` counts them)."""
         table, bounds, mine = self._table(nbytes, messages.count, phases)
         messages.add(mine)
         if not rows:
@@ -829,18 +832,8 @@ class Schedule:
         lo, hi = (first + bounds[:-1]).tolist(), (first + bounds[1:]).tolist()
         return [[(fast_queues.ROWS, a, b)] if a < b else [] for a, b in zip(lo, hi)]
 
-    def program(self, nbytes: float, first: int = 0, phases=None):
-        """The steps for a collective of ``nbytes`` as ``fast_queues`` programs: per position
-        of the block (row-major), its actions (sends, receives, exchanges, reductions); and
-        its messages, numbered from ``first``: (src, dst, latency, busy, tx host, rx host,
-        bytes) arrays, src and dst as indices into the run's ranks, hosts -1 inside a host.
-        ``phases``: a list to which each step is appended, ("messages", first id, end id) or
-        ("work", seconds per rank of the run) (``fast_classes.classes``)."""
-        table, bounds, messages = self._table(nbytes, first, phases)
-        return fast_queues.split_actions(table, bounds), messages
-
     def _table(self, nbytes: float, first: int, phases):
-        """``program``'s actions as a table (``fast_queues.ROW`` records), position by
+        """``added``'s actions as a table (``fast_queues.ROW`` records), position by
         position, each position's rows in the order it takes them; where each position's
         rows begin (and the end); its messages.  From ``_shape`` (built once): the message
         numbers offset by ``first``, the seconds and bytes scaled by ``nbytes``, in the
@@ -870,7 +863,7 @@ class Schedule:
         each takes them) its kind, its two integers before the message numbers' offset, its
         work per byte (``fast_queues.ROW`` records), and which of the integers are message
         numbers; where each position's rows begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
-        seconds a byte, tx and rx hosts); per step, its phase (``program``'s ``phases``: its
+        seconds a byte, tx and rx hosts); per step, its phase (``added``'s ``phases``: its
         messages' numbers, the ranks that reduce and their work per byte).
 
         Per step, its actions in the order a position takes them: a send's sender sends,
