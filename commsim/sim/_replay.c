@@ -114,7 +114,7 @@ static inline int shared_before(const Shared *x, const Shared *y) {
 /* NAME_up(v, i, x): x placed at slot i (the heap's new last) and sifted up;
  * NAME_pop(v, &n): the first taken off, the last sifted down in its place.  Four children a
  * node (ARITY): half the levels of a binary heap, its children side by side in memory (a
- * replay's heap holds about one event a process: 10^5 at 65,536 ranks).  The keys are
+ * replay of every rank at 65,536 ranks runs 131,072 processes).  The keys are
  * distinct (a sequence number breaks ties), so any heap pops in the same order. */
 #define ARITY 4
 #define HEAP(NAME, TYPE, BEFORE)                                                         \
