@@ -571,7 +571,8 @@ static int each_message(S *s, PyObject *seq, int64_t k, int side, int post_them,
 
 /* One action of process k at t, its arguments decoded (``action``: the tuple, for the
  * message lists of ALL and GHOST): 1 where the process now waits, 0 where it goes on, -1 on
- * an error.  The caller has set the process's place to the action after this one. */
+ * an error.  The caller has set where the process goes on once it resumes (the next
+ * action, or its next row). */
 static int act(S *s, int64_t k, long kind, int64_t a, int64_t b, double w, PyObject *action,
                double t) {
     if (kind == GLOO || kind == COMPUTE) {
@@ -871,7 +872,8 @@ static int loop(S *s) {
 
 static void release(S *s) {
     free(s->heap); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
-    free(s->pc); free(s->sub); free(s->sub_end); free(s->finish); free(s->waits); free(s->fired); free(s->spawned);
+    free(s->pc); free(s->sub); free(s->sub_end); free(s->finish); free(s->waits);
+    free(s->fired); free(s->spawned);
     free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
     if (s->jobs) {
         for (Py_ssize_t h = 0; h < s->hosts; h++) free(s->jobs[h].v);

@@ -862,9 +862,10 @@ class Schedule:
         """``_table``'s table for any size, built once: per row (by position, in the order
         each takes them) its kind, its two integers before the message numbers' offset, its
         work per byte (``fast_queues.ROW`` records), and which of the integers are message
-        numbers; where each position's rows begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
-        seconds a byte, tx and rx hosts); per step, its phase (``added``'s ``phases``: its
-        messages' numbers, the ranks that reduce and their work per byte).
+        numbers; where each position's rows begin; the messages' columns (src, dst, latency,
+        bytes per byte of the collective, seconds a byte, tx and rx hosts); per step, its
+        phase (``added``'s ``phases``: its messages' numbers, the ranks that reduce and their
+        work per byte).
 
         Per step, its actions in the order a position takes them: a send's sender sends,
         then its receiver receives and reduces, message by message; in an exchange (or a

@@ -487,7 +487,7 @@ def _released_later(start, host, nics: NicState) -> list:
     its release would come first among that instant's events, before any request, with
     nothing to grant.)"""
     hosts = np.unique(host)
-    first_start = min(start)
+    first_start = min(start, default=np.inf)
     return [(d, h, float(nics.free[d][h])) for d in (0, 1)
             for h in hosts[nics.free[d][hosts] > first_start].tolist()]
 
