@@ -1105,60 +1105,128 @@ class _Ring:
             self.cpu_due = next_due(due, end_lefts, self.busy)
             return True
 
-        def build(run, pc: int, rep: int, collective, start: int, chunk: float, work: float,
-                  count: int) -> int:
-            """A staircase building, the commonest shape: ``run`` alone, leaving its end
-            ranks each step, its reductions alone beside the others' jobs.  The steps of the
-            loop below (the post, then ``reduce``), the same arithmetic in the same order, on
-            locals; it stops before a step the loop would take otherwise (at a post), or
-            once posted before a reduction that would not end alone (where ``reduce`` takes
-            it up).  Returns the posts it made."""
-            proc = run.procs[k]
-            lo, n, sent, received = run.lo, run.n, run.sent, run.received
+        def repeat(pc: int, rep: int, collective, start: int, chunk: float, work: float,
+                   count: int):
+            """Steps alike, as the last step's ``plans`` say: a staircase building (one run
+            leaving its end ranks, the commonest shape) or taken in (by the runs beside the
+            straggler).  The steps of the loop below (the post, then ``reduce``), the same
+            arithmetic in the same order, on locals; it stops before a step the loop would
+            judge otherwise (at a post), or once posted where the loop would look again at
+            the runs, or before a reduction that would not end alone (where ``reduce`` takes
+            it up).  Returns the posts made, and "settle" or "judge" where the loop, after
+            the last, would settle the runs or judge their plans anew."""
             now, cpu_last, busy, cpu_due = self.now, self.cpu_last, self.busy, self.cpu_due
-            events, budget, posts = self.events, self.budget, 0
+            events, budget, posts, many = self.events, self.budget, 0, len(runs)
             lefts = [job.left for job in jobs]
-            while rep < 2 * count and n >= 4 and events + 1 <= budget:
+            steps = list(zip(runs, [run.procs[k] for run in runs], plans))
+            verdict = None
+            while rep < 2 * count and events + many <= budget:
                 arrive = self._delivered(chunk, kind, now, per_byte)
                 if arrive >= foreign or (cpu_due is not None and arrive > cpu_due):
                     break
                 step = (collective, start + rep // 2)             # the post (``_post``)
-                sent += chunk
-                received += chunk
-                rep += 1
-                end = (lo + n - 1) % p
-                pieces.append((run, lo, [pc, rep, ["step", step, chunk, None, arrive]],
-                               sent, received))
-                pieces.append((run, end, [pc, rep, ["step", step, chunk, arrive, None]],
-                               sent, received))
-                del first[lo]
-                lo = (lo + 1) % p
-                first[lo] = run
-                del last[end]
-                last[(end - 1) % p] = run
-                n -= 2
-                events += 1
-                posts += 1
-                now = arrive
-                if (work, 1.0, False, now) in groups or events + 1 > budget:
-                    break
-                # The reduction (``reduce``), kept only if it ends alone next.
-                how, due, _, end_lefts, _, both, weight = reduction(
-                    now, cpu_last, busy, lefts, (n,), work)
-                if how != "alone":
-                    break
-                lefts, cpu_last, now, busy = end_lefts, due, due, both - weight
-                cpu_due = next_due(due, lefts, busy)
-                rep += 1
-                events += 1
-            run.lo, run.n, run.sent, run.received = lo, n, sent, received
-            proc[1] = rep
+                sent = runs[0].sent + chunk
+                for run, _, plan in steps:
+                    if run.sent + chunk != sent:
+                        break
+                    if plan is None:
+                        continue
+                    left_does, right_does = plan
+                    if run.n - (left_does == 0) - (right_does == 0) < 2 or (
+                            left_does == 1 and not takes(run, last.get((run.lo - 1) % p), 4,
+                                                         step, arrive, pc, rep, sent)) or (
+                            right_does == 1 and not takes(run, first.get((run.lo + run.n) % p),
+                                                          3, step, arrive, pc, rep, sent)):
+                        break
+                else:
+                    events += many
+                    posts += 1
+                    for run, proc, plan in steps:
+                        run.sent += chunk
+                        run.received += chunk
+                        proc[0], proc[1] = pc, rep + 1
+                        if plan is not None:
+                            done(run, plan, pc, rep, step, chunk, arrive)
+                    now = arrive
+                    rep += 1
+                    verdict = looked()
+                    if verdict is not None:
+                        break
+                    if work <= 0:
+                        rep += 1                   # (no reduction: the next post)
+                        continue
+                    if (work, 1.0, False, now) in groups or events + many > budget:
+                        break
+                    # The reductions (``reduce``), kept only if they end alone next.
+                    how, due, _, end_lefts, _, both, weight = reduction(
+                        now, cpu_last, busy, lefts, [run.n for run in runs], work)
+                    if how != "alone":
+                        break
+                    lefts, cpu_last, now, busy = end_lefts, due, due, both - weight
+                    cpu_due = next_due(due, lefts, busy)
+                    rep += 1
+                    for _, proc, _ in steps:
+                        proc[1] = rep
+                    events += many
+                    continue
+                break
             self.now, self.cpu_last, self.busy, self.cpu_due = now, cpu_last, busy, cpu_due
             self.events = events
-            self.order += posts
+            self.order += posts * many
             for job, left in zip(jobs, lefts):
                 job.left = left
-            return posts
+            return posts, verdict
+
+        def done(run, plan, pc: int, rep: int, step, chunk: float, arrive: float) -> None:
+            """A run's post of ``step`` as its ``plan`` says (``_post``: the end ranks left,
+            then the neighbours taken in)."""
+            left_does, right_does = plan
+            lo, n = run.lo, run.n
+            if not left_does:
+                pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
+                               run.sent, run.received))
+                del first[lo]
+                lo, n = (lo + 1) % p, n - 1
+                first[lo] = run
+                shed[id(run)][0] = True
+            if not right_does:
+                end = (lo + n - 1) % p
+                pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
+                               run.sent, run.received))
+                del last[end]
+                n -= 1
+                last[(end - 1) % p] = run
+                shed[id(run)][1] = True
+            if left_does == 1:
+                other = last.pop((lo - 1) % p)
+                other.procs[k][2][4] = arrive
+                other.alive = False        # (``_drop``: it has no timer)
+                del first[lo]
+                lo, n = other.lo, n + other.n
+                first[lo] = run
+            if right_does == 1:
+                other = first.pop((lo + n) % p)
+                other.procs[k][2][3] = arrive
+                other.alive = False
+                del last[(lo + n - 1) % p]
+                n += other.n
+                last[(lo + n - 1) % p] = run
+            run.lo, run.n = lo, n
+
+        def looked():
+            """After a step: "settle" where the runs would join (the timers fire together:
+            the glide's batch), "judge" where their order changed, else None."""
+            if len(runs) >= len(first) + len(pieces):
+                return "settle"
+            verdict = None
+            for i, run in enumerate(runs):
+                right = first.get((run.lo + run.n) % p)
+                if right is not None and right is not run and id(right) in order \
+                        and not apart(run, right):
+                    return "settle"
+                if i and _posting(runs[i - 1]) > _posting(run):
+                    verdict = "judge"          # (the order changed: judge it all again)
+            return verdict
 
         while True:
             pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
@@ -1183,9 +1251,14 @@ class _Ring:
                 if pc >= len(program) or program[pc][0] != STEPS:
                     return settle(batch)
                 _, collective, start, chunk, work, count = program[pc]
-            if plans is not None and len(runs) == 1 and plans[0] == [0, 0] and work > 0 \
-                    and build(runs[0], pc, rep, collective, start, chunk, work, count):
-                continue
+            if plans is not None:
+                posts, verdict = repeat(pc, rep, collective, start, chunk, work, count)
+                if verdict == "settle":
+                    return settle(batch)
+                if verdict == "judge":
+                    plans = None
+                if posts:
+                    continue
             step = (collective, start + rep // 2)
             if self.events + len(runs) > self.budget:
                 return settle(batch)
@@ -1254,7 +1327,7 @@ class _Ring:
                     if n - (plan[0] == 0) - (plan[1] == 0) < 2:
                         return settle(batch)
                     plans.append(plan)
-            # Done, in order (``_post``: the end ranks left, then the neighbours taken in).
+            # Done, in order.
             self.events += len(runs)
             self.order += len(runs)
             for run, plan in zip(runs, plans):
@@ -1262,51 +1335,14 @@ class _Ring:
                 run.received += chunk
                 proc = run.procs[k]
                 proc[0], proc[1] = pc, rep + 1
-                if plan is None:
-                    continue
-                left_does, right_does = plan
-                lo, n = run.lo, run.n
-                if not left_does:
-                    pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
-                                   run.sent, run.received))
-                    del first[lo]
-                    lo, n = (lo + 1) % p, n - 1
-                    first[lo] = run
-                    shed[id(run)][0] = True
-                if not right_does:
-                    end = (lo + n - 1) % p
-                    pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
-                                   run.sent, run.received))
-                    del last[end]
-                    n -= 1
-                    last[(end - 1) % p] = run
-                    shed[id(run)][1] = True
-                if left_does == 1:
-                    other = last.pop((lo - 1) % p)
-                    other.procs[k][2][4] = arrive
-                    other.alive = False        # (``_drop``: it has no timer)
-                    del first[lo]
-                    lo, n = other.lo, n + other.n
-                    first[lo] = run
-                if right_does == 1:
-                    other = first.pop((lo + n) % p)
-                    other.procs[k][2][3] = arrive
-                    other.alive = False
-                    del last[(lo + n - 1) % p]
-                    n += other.n
-                    last[(lo + n - 1) % p] = run
-                run.lo, run.n = lo, n
+                if plan is not None:
+                    done(run, plan, pc, rep, step, chunk, arrive)
             self.now = arrive
-            # The timers fire together: the glide's batch, unless its runs would join.
-            if len(runs) >= len(first) + len(pieces):
+            verdict = looked()
+            if verdict == "settle":
                 return settle(batch)
-            for i, run in enumerate(runs):
-                right = first.get((run.lo + run.n) % p)
-                if right is not None and right is not run and id(right) in order \
-                        and not apart(run, right):
-                    return settle(batch)
-                if i and _posting(runs[i - 1]) > _posting(run):
-                    plans = None               # (the order changed: judge it all again)
+            if verdict == "judge":
+                plans = None
 
     def run(self):
         while True:
