@@ -128,11 +128,11 @@ def test_a_run_that_keeps_parting_is_refused():
 
 
 def test_each_straggler_brings_its_own_staircases():
-    """DDP with small buckets beside four stragglers takes some 48 events a rank: O(p), but
-    past the budget one straggler needs (32p), which refused it as runs that keep parting
-    from about 5,000 ranks on.  The budget grows with the stragglers."""
+    """DDP with small buckets beside eight stragglers takes some 55 events a rank: O(p), but
+    past the budget one straggler needs (32p), which would refuse it as runs that keep
+    parting.  The budget grows with the stragglers."""
     ranks = 8192
-    stragglers = {i * 7919 % ranks: 1.2 + 0.1 * i for i in range(4)}
+    stragglers = {i * 7919 % ranks: 1.2 + 0.1 * i for i in range(8)}
     result, events = counted("run", "ddp", ranks,
                              Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
                                       bucket_bytes=1_000_000, stragglers=stragglers))

@@ -178,6 +178,21 @@ class _Run:
         return True
 
 
+class _Stair:
+    """A staircase's waiting ranks held as one run (``_Ring._stride``'s ``settle``): ranks
+    alike in every process but the collectives', each of which waits on its own ring step
+    for one neighbour's message.  The run stands for them in the pool (their jobs are its,
+    as the ranks of any run) and in the ring's places; one of them becomes a run of its own
+    (``_Ring._peel``) where a neighbour looks at it, or where the run would part by speed.
+
+    items: per rank, from the run's first, its collectives' process ``[pc, rep, pending]``,
+    bytes sent and received; ``low`` .. ``high`` the ones still held."""
+    __slots__ = ("items", "low", "high")
+
+    def __init__(self, items):
+        self.items, self.low, self.high = items, 0, len(items)
+
+
 def _posting(run: _Run) -> tuple:
     """The order in which runs due at one instant are taken: one-rank runs first, then by
     first rank.  A rank alone (a faster one, its backward ahead of its neighbours') then posts
@@ -229,9 +244,9 @@ class _Ring:
         self.arrived: list = []                    # (run, process, time) at the broadcast
         self.events = 0
         # O(p) events where runs stay few: about 2p for a ring per tensor, more with DDP's
-        # buckets, every one of which a straggler holds back (8p with 25 MB buckets, 19p
-        # with 4 MB, 28p with 1 MB), and each further straggler brings staircases of its own
-        # (2 to 32 stragglers, 1 MB buckets, 2,048 ranks: 39p to 95p).  Beyond, the ranks
+        # buckets, every one of which a straggler holds back (2,048 ranks: 6.5p with 25 MB
+        # buckets, 15p with 4 MB or 1 MB), and each further straggler brings staircases of
+        # its own (2 to 32 stragglers, 1 MB buckets: 32p to 115p).  Beyond, the ranks
         # part at O(p^2) instants and the runs would take longer than the DES's refusal.
         self.budget = 32 * self.p * max(1, len(spec.stragglers)) + 100_000
         # Per rank: its compute speed, and what it reports.  Ranks of one run share these
@@ -267,6 +282,55 @@ class _Ring:
         self._unplace(run)
         self.live_timers -= sum(1 for proc in run.procs
                                 if proc[2] is not None and proc[2][0] == "timer")
+
+    def _peel(self, run: _Run, low: bool) -> _Run:
+        """The first rank (``low``) or the last of a run holding a staircase (``_Stair``)
+        made a run of its own, in the staircase's state (its processes ready now are ready:
+        the staircase's are, in the loop's batch or next)."""
+        k = self.talker
+        rank = run.lo if low else (run.lo + run.n - 1) % self.p
+        proc, sent, received = self._shrink(run, low)
+        piece = _Run()
+        piece.lo, piece.n, piece.alive = rank, 1, True
+        piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
+        piece.sent, piece.received = sent, received
+        piece.procs = [proc if j == k else list(other) for j, other in enumerate(run.procs)]
+        self._adopt(piece)
+        return piece
+
+    def _shrink(self, run: _Run, low: bool) -> tuple:
+        """A run holding a staircase lets go of its first rank (``low``) or its last: that
+        rank's (collectives' process, bytes sent, bytes received)."""
+        stair = run.procs[self.talker][2]
+        if low:
+            at = stair.low
+            stair.low += 1
+        else:
+            stair.high -= 1
+            at = stair.high
+        self._unplace(run)
+        run.n -= 1
+        if low:
+            run.lo = (run.lo + 1) % self.p
+        if run.n:
+            self._place(run)
+        else:
+            run.alive = False                  # (its jobs pass it by: ``_end_jobs``)
+        return stair.items[at]
+
+    def _before(self, rank: int) -> _Run | None:
+        """The run whose last rank is ``rank`` (a staircase's: that rank, made its own)."""
+        run = self.last.get(rank)
+        if run is not None and type(run.procs[self.talker][2]) is _Stair:
+            return self._peel(run, False)
+        return run
+
+    def _after(self, rank: int) -> _Run | None:
+        """The run whose first rank is ``rank`` (a staircase's: that rank, made its own)."""
+        run = self.first.get(rank)
+        if run is not None and type(run.procs[self.talker][2]) is _Stair:
+            return self._peel(run, True)
+        return run
 
     def _adopt(self, run: _Run, executing: int | None = None) -> None:
         """Put a new run where its pending jobs, timers and waits will find it, and its
@@ -364,6 +428,8 @@ class _Ring:
         factor = np.concatenate([self.factor[span] for span in self._spans(run)])
         cuts = [0] + (np.flatnonzero(np.diff(factor)) + 1).tolist() + [run.n]
         if len(cuts) > 2:
+            if type(run.procs[self.talker][2]) is _Stair:
+                raise NotExact("a staircase's ranks part by speed")   # (a bug: ``settle``)
             self._drop(run)
             pieces = [run.copy((run.lo + a) % self.p, b - a) for a, b in zip(cuts, cuts[1:])]
             for piece in pieces:
@@ -506,8 +572,8 @@ class _Ring:
             run.procs[k][2] = ["step", step, nbytes, None, None]
             self._pair(run, k)
             return
-        left = self.last[(run.lo - 1) % self.p]
-        right = self.first[(run.lo + run.n) % self.p]
+        left = self._before((run.lo - 1) % self.p)
+        right = self._after((run.lo + run.n) % self.p)
         waits_left = not self._posted(left, k, step, 4)
         waits_right = not self._posted(right, k, step, 3)
         p, hop = self.p, self.crosses
@@ -584,10 +650,11 @@ class _Ring:
         neighbouring ranks that have posted theirs."""
         pending = run.procs[k][2]
         p = self.p
-        for side, other, edge in ((3, self.last[(run.lo - 1) % p], self.crosses[(run.lo - 1) % p]),
-                                  (4, self.first[(run.lo + 1) % p], self.crosses[run.lo])):
+        for side, at, edge in ((3, (run.lo - 1) % p, self.crosses[(run.lo - 1) % p]),
+                               (4, (run.lo + 1) % p, self.crosses[run.lo])):
             if pending[side] is not None:
                 continue
+            other = self._before(at) if side == 3 else self._after(at)
             theirs = other.procs[k][2]
             if theirs is None or theirs[0] != "step" or theirs[1] != pending[1]:
                 continue
@@ -793,7 +860,7 @@ class _Ring:
             if rep == 2 * count or not 4 <= n <= p - 4:
                 return False
             step = (collective, first + rep // 2)
-            left, right = self.last[(lo - 1) % p], self.first[(lo + n) % p]
+            left, right = self._before((lo - 1) % p), self._after((lo + n) % p)
             posted = self._posted(left, k, step, 4), self._posted(right, k, step, 3)
             arrive = self.now + chunk * per_byte + latency
             if posted == (True, True):
@@ -970,11 +1037,15 @@ class _Ring:
             ``run``'s state."""
             if other is None or id(other) in order:
                 return False
-            theirs = other.procs[k][2]
+            proc, theirs_sent = other.procs[k], other.sent
+            stair = proc[2]
+            if type(stair) is _Stair:           # (its rank next to ``run``, held by it)
+                proc, theirs_sent, _ = stair.items[stair.high - 1 if side == 4 else stair.low]
+            theirs = proc[2]
             return (type(theirs) is list and theirs[0] == "step" and theirs[1] == step
                     and theirs[side] is None and theirs[7 - side] is not None
-                    and theirs[7 - side] <= arrive and other.procs[k][0] == pc
-                    and other.procs[k][1] == rep + 1 and other.sent == sent
+                    and theirs[7 - side] <= arrive and proc[0] == pc
+                    and proc[1] == rep + 1 and theirs_sent == sent
                     and twin(run, other))
 
         shed = {id(run): [False, False] for run in runs}   # whether it left an end rank
@@ -994,26 +1065,42 @@ class _Ring:
             return batch                       # (``loops``: the loop's batch)
 
         def settle(ready):
-            """The ranks left waiting made, in place, as ``_Run.copy`` and ``_adopt`` make
-            them (their other processes are the run's, in compute jobs or waiting on
-            nothing due); ``ready`` returned."""
-            made = {}                          # id(run) -> its other processes, jobs
+            """The ranks left waiting made, in place: those one side of a run left, one
+            run holding them (``_Stair``: of one compute speed, so that a compute job never
+            parts it), a rank left alone a run of its own (as
+            ``_Run.copy`` and ``_adopt`` make them: their other processes are the run's, in
+            compute jobs or waiting on nothing due); ``ready`` returned."""
+            speeds = self.speeds
+            sides = {}                         # (id(run), waits on its left) -> run, ranks
             for run, lo, proc, sent, received in pieces:
-                if id(run) not in made:
-                    made[id(run)] = ([(j, run.procs[j]) for j in rest],
-                                     [(j, run.procs[j][2][1].members) for j in rest
-                                      if run.procs[j][2][0] == "job"])
-                procs_of, jobs_of = made[id(run)]
-                piece = _Run()
-                piece.lo, piece.n, piece.alive = lo, 1, True
-                piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
-                piece.sent, piece.received = sent, received
-                piece.procs = procs = [proc] * len(run.procs)
-                for j, other in procs_of:
-                    procs[j] = other.copy()
-                for j, members in jobs_of:
-                    members.append((piece, j))
-                first[lo] = last[lo] = piece
+                sides.setdefault((id(run), proc[2][3] is None), (run, []))[1].append(
+                    (lo, proc, sent, received))
+            for (_, waits_left), (run, left) in sides.items():
+                if not waits_left:
+                    left.reverse()             # (in the ranks' order: a side's first left
+                    # outermost)
+                others = [(j, run.procs[j]) for j in rest]
+                jobs_of = [(j, run.procs[j][2][1].members) for j in rest
+                           if run.procs[j][2][0] == "job"]
+                lo = left[0][0]
+                if len(left) > 1 and all((lo + i) % p == item[0] for i, item in enumerate(left)) \
+                        and len({speeds[item[0]] for item in left}) == 1:
+                    held = [(proc, sent, received) for _, proc, sent, received in left]
+                    left = [(lo, [-1, -1, _Stair(held)], float("nan"), float("nan"))]
+                    n = len(held)
+                else:
+                    n = 1
+                for lo, proc, sent, received in left:
+                    piece = _Run()
+                    piece.lo, piece.n, piece.alive = lo, n, True
+                    piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
+                    piece.sent, piece.received = sent, received
+                    piece.procs = procs = [proc] * len(run.procs)
+                    for j, other in others:
+                        procs[j] = other.copy()
+                    for j, members in jobs_of:
+                        members.append((piece, j))
+                    first[lo] = last[(lo + n - 1) % p] = piece
             return ready
 
         groups = self.groups
@@ -1198,18 +1285,30 @@ class _Ring:
                 last[(end - 1) % p] = run
                 shed[id(run)][1] = True
             if left_does == 1:
-                other = last.pop((lo - 1) % p)
-                other.procs[k][2][4] = arrive
-                other.alive = False        # (``_drop``: it has no timer)
+                other = last[(lo - 1) % p]
+                if type(other.procs[k][2]) is _Stair:
+                    self._shrink(other, False)         # (its last rank, in ``run`` now)
+                    taken = 1
+                else:
+                    del last[(lo - 1) % p]
+                    other.procs[k][2][4] = arrive
+                    other.alive = False        # (``_drop``: it has no timer)
+                    taken = other.n
                 del first[lo]
-                lo, n = other.lo, n + other.n
+                lo, n = (lo - taken) % p, n + taken
                 first[lo] = run
             if right_does == 1:
-                other = first.pop((lo + n) % p)
-                other.procs[k][2][3] = arrive
-                other.alive = False
+                other = first[(lo + n) % p]
+                if type(other.procs[k][2]) is _Stair:
+                    self._shrink(other, True)
+                    taken = 1
+                else:
+                    del first[(lo + n) % p]
+                    other.procs[k][2][3] = arrive
+                    other.alive = False
+                    taken = other.n
                 del last[(lo + n - 1) % p]
-                n += other.n
+                n += taken
                 last[(lo + n - 1) % p] = run
             run.lo, run.n = lo, n
 
@@ -1295,7 +1394,7 @@ class _Ring:
                     if run.sent + chunk != sent:
                         return settle(batch)
                     lo, n = run.lo, run.n
-                    left, right = last.get((lo - 1) % p), first.get((lo + n) % p)
+                    left, right = self._before((lo - 1) % p), self._after((lo + n) % p)
                     if n == 1:
                         # Its messages pair with the runs beside it, which post after it.
                         if left is None or right is None or left is right or not (
