@@ -249,6 +249,31 @@ def test_runs_in_step_stride_as_the_glide_steps(strategy, case):
     assert steps > glided_events / 2, (steps, glided_events)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "ring"])
+def test_a_staircase_waits_as_one_run(strategy):
+    """The ranks a staircase leaves waiting, each on its own ring step, are held as one run
+    a side (``_Stair``) until a neighbour looks at one of them: the runs stay few (every
+    rank one at 1,024 ranks without), and the answer is the DES's."""
+    sc = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                  bucket_bytes=4_000_000, stragglers={1: 1.5})
+    most = [0]
+    original = fast_runs._Ring._end_jobs
+
+    def end_jobs(self, *args):
+        most[0] = max(most[0], len(self.first))
+        return original(self, *args)
+
+    fast_runs._Ring._end_jobs = end_jobs
+    try:
+        result = predict(load_default(), strategy, 1024, sc, engine="fast")
+    finally:
+        fast_runs._Ring._end_jobs = original
+    assert result.engine == "fast"
+    assert most[0] < 32, most[0]
+    assert_same(predict(load_default(), strategy, 64, sc, engine="des"),
+                predict(load_default(), strategy, 64, sc, engine="fast"))
+
+
 def test_a_faster_rank_strides_with_its_neighbours():
     """A rank faster than the rest is a run of its own inside the ring (its backward ahead of
     theirs); at each ring step it posts before its neighbours, so they pair with it as they
