@@ -185,8 +185,9 @@ class _Stair:
     as the ranks of any run) and in the ring's places; one of them becomes a run of its own
     (``_Ring._peel``) where a neighbour looks at it, or where the run would part by speed.
 
-    items: per rank, from the run's first, its collectives' process ``[pc, rep, pending]``,
-    bytes sent and received; ``low`` .. ``high`` the ones still held."""
+    items: per rank, from the run's first, (the run that left it, the rank, its collectives'
+    process ``[pc, rep, pending]``, bytes sent, bytes received); ``low`` .. ``high`` the ones
+    still held."""
     __slots__ = ("items", "low", "high")
 
     def __init__(self, items):
@@ -289,7 +290,7 @@ class _Ring:
         the staircase's are, in the loop's batch or next)."""
         k = self.talker
         rank = run.lo if low else (run.lo + run.n - 1) % self.p
-        proc, sent, received = self._shrink(run, low)
+        _, _, proc, sent, received = self._shrink(run, low)
         piece = _Run()
         piece.lo, piece.n, piece.alive = rank, 1, True
         piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
@@ -300,22 +301,29 @@ class _Ring:
 
     def _shrink(self, run: _Run, low: bool) -> tuple:
         """A run holding a staircase lets go of its first rank (``low``) or its last: that
-        rank's (collectives' process, bytes sent, bytes received)."""
-        stair = run.procs[self.talker][2]
+        rank's item (``_Stair``)."""
+        stair, p = run.procs[self.talker][2], self.p
+        end = (run.lo + run.n - 1) % p
         if low:
             at = stair.low
             stair.low += 1
+            del self.first[run.lo]
+            run.lo = (run.lo + 1) % p
         else:
             stair.high -= 1
             at = stair.high
-        self._unplace(run)
+            del self.last[end]
         run.n -= 1
-        if low:
-            run.lo = (run.lo + 1) % self.p
-        if run.n:
-            self._place(run)
-        else:
+        if not run.n:
+            if low:
+                del self.last[end]
+            else:
+                del self.first[run.lo]
             run.alive = False                  # (its jobs pass it by: ``_end_jobs``)
+        elif low:
+            self.first[run.lo] = run
+        else:
+            self.last[(end - 1) % p] = run
         return stair.items[at]
 
     def _before(self, rank: int) -> _Run | None:
@@ -1040,7 +1048,8 @@ class _Ring:
             proc, theirs_sent = other.procs[k], other.sent
             stair = proc[2]
             if type(stair) is _Stair:           # (its rank next to ``run``, held by it)
-                proc, theirs_sent, _ = stair.items[stair.high - 1 if side == 4 else stair.low]
+                _, _, proc, theirs_sent, _ = stair.items[stair.high - 1 if side == 4
+                                                         else stair.low]
             theirs = proc[2]
             return (type(theirs) is list and theirs[0] == "step" and theirs[1] == step
                     and theirs[side] is None and theirs[7 - side] is not None
@@ -1072,9 +1081,9 @@ class _Ring:
             compute jobs or waiting on nothing due); ``ready`` returned."""
             speeds = self.speeds
             sides = {}                         # (id(run), waits on its left) -> run, ranks
-            for run, lo, proc, sent, received in pieces:
-                sides.setdefault((id(run), proc[2][3] is None), (run, []))[1].append(
-                    (lo, proc, sent, received))
+            for item in pieces:
+                sides.setdefault((id(item[0]), item[2][2][3] is None), (item[0], []))[1].append(
+                    item)
             for (_, waits_left), (run, left) in sides.items():
                 if not waits_left:
                     left.reverse()             # (in the ranks' order: a side's first left
@@ -1082,15 +1091,14 @@ class _Ring:
                 others = [(j, run.procs[j]) for j in rest]
                 jobs_of = [(j, run.procs[j][2][1].members) for j in rest
                            if run.procs[j][2][0] == "job"]
-                lo = left[0][0]
-                if len(left) > 1 and all((lo + i) % p == item[0] for i, item in enumerate(left)) \
-                        and len({speeds[item[0]] for item in left}) == 1:
-                    held = [(proc, sent, received) for _, proc, sent, received in left]
-                    left = [(lo, [-1, -1, _Stair(held)], float("nan"), float("nan"))]
-                    n = len(held)
+                lo = left[0][1]
+                if len(left) > 1 and all((lo + i) % p == item[1] for i, item in enumerate(left)) \
+                        and len({speeds[item[1]] for item in left}) == 1:
+                    n = len(left)
+                    left = [(run, lo, [-1, -1, _Stair(left)], float("nan"), float("nan"))]
                 else:
                     n = 1
-                for lo, proc, sent, received in left:
+                for _, lo, proc, sent, received in left:
                     piece = _Run()
                     piece.lo, piece.n, piece.alive = lo, n, True
                     piece.fired, piece.talked, piece.depth = run.fired, run.talked, run.depth
@@ -1317,14 +1325,17 @@ class _Ring:
             the glide's batch), "judge" where their order changed, else None."""
             if len(runs) >= len(first) + len(pieces):
                 return "settle"
-            verdict = None
-            for i, run in enumerate(runs):
+            if len(runs) == 1:
+                return None                    # (no other run of the batch beside it)
+            verdict = before = None
+            for run in runs:
                 right = first.get((run.lo + run.n) % p)
-                if right is not None and right is not run and id(right) in order \
-                        and not apart(run, right):
+                if right is not run and id(right) in order and not apart(run, right):
                     return "settle"
-                if i and _posting(runs[i - 1]) > _posting(run):
+                key = _posting(run)
+                if before is not None and before > key:
                     verdict = "judge"          # (the order changed: judge it all again)
+                before = key
             return verdict
 
         while True:
