@@ -28,9 +28,11 @@ and a compute job splits a run by speed:
    neighbour that a run's message releases joins it at once.
 Where every rank posts the same step with nothing else due but compute jobs, equal steps are
 one addition, as in ``fast_lockstep``; where a few runs step alike (a staircase building, or
-taken in around the straggler), whole steps go without timers or batches (``_Ring._stride``).
-With one straggler, O(p) events an iteration instead of the DES's O(p²) messages an
-all-reduce; a budget of events stops runs that keep parting.
+taken in around the straggler), whole steps go without timers or batches (``_Ring._stride``),
+and the ranks a staircase leaves waiting, each on its own step, are held as one run until a
+neighbour looks at one of them (``_Stair``).  With one straggler, O(p) events an iteration
+instead of the DES's O(p²) messages an all-reduce; a budget of events stops runs that keep
+parting.
 """
 from __future__ import annotations
 
