@@ -184,8 +184,9 @@ class _Stair:
     """A staircase's waiting ranks held as one run (``_Ring._stride``'s ``settle``): ranks
     alike in every process but the collectives', each of which waits on its own ring step
     for one neighbour's message.  The run stands for them in the pool (their jobs are its,
-    as the ranks of any run) and in the ring's places; one of them becomes a run of its own
-    (``_Ring._peel``) where a neighbour looks at it, or where the run would part by speed.
+    as the ranks of any run; of one compute speed, so that no compute job parts it) and in
+    the ring's places; one of them becomes a run of its own (``_Ring._peel``) where a
+    neighbour looks at it, or leaves it for the run that takes it in (``_Ring._shrink``).
 
     items: per rank, from the run's first, (the run that left it, the rank, its collectives'
     process ``[pc, rep, pending]``, bytes sent, bytes received); ``low`` .. ``high`` the ones
@@ -1076,9 +1077,8 @@ class _Ring:
             return batch                       # (``loops``: the loop's batch)
 
         def settle(ready):
-            """The ranks left waiting made, in place: those one side of a run left, one
-            run holding them (``_Stair``: of one compute speed, so that a compute job never
-            parts it), a rank left alone a run of its own (as
+            """The ranks left waiting made, in place: those one side of a run left, of one
+            compute speed, one run holding them (``_Stair``), else each a run of its own (as
             ``_Run.copy`` and ``_adopt`` make them: their other processes are the run's, in
             compute jobs or waiting on nothing due); ``ready`` returned."""
             speeds = self.speeds
