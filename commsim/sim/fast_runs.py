@@ -1238,12 +1238,7 @@ class _Ring:
                 else:
                     events += many
                     posts += 1
-                    for run, proc, plan in steps:
-                        run.sent += chunk
-                        run.received += chunk
-                        proc[0], proc[1] = pc, rep + 1
-                        if plan is not None:
-                            done(run, plan, pc, rep, step, chunk, arrive)
+                    posted(steps, pc, rep, step, chunk, arrive)
                     now = arrive
                     rep += 1
                     verdict = looked()
@@ -1274,53 +1269,60 @@ class _Ring:
                 job.left = left
             return posts, verdict
 
-        def done(run, plan, pc: int, rep: int, step, chunk: float, arrive: float) -> None:
-            """A run's post of ``step`` as its ``plan`` says (``_post``: the end ranks left,
-            then the neighbours taken in)."""
-            left_does, right_does = plan
-            lo, n = run.lo, run.n
-            if not left_does:
-                pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
-                               run.sent, run.received))
-                del first[lo]
-                lo, n = (lo + 1) % p, n - 1
-                first[lo] = run
-                shed[id(run)][0] = True
-            if not right_does:
-                end = (lo + n - 1) % p
-                pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
-                               run.sent, run.received))
-                del last[end]
-                n -= 1
-                last[(end - 1) % p] = run
-                shed[id(run)][1] = True
-            if left_does == 1:
-                other = last[(lo - 1) % p]
-                if type(other.procs[k][2]) is _Stair:
-                    self._shrink(other, False)         # (its last rank, in ``run`` now)
-                    taken = 1
-                else:
-                    del last[(lo - 1) % p]
-                    other.procs[k][2][4] = arrive
-                    other.alive = False        # (``_drop``: it has no timer)
-                    taken = other.n
-                del first[lo]
-                lo, n = (lo - taken) % p, n + taken
-                first[lo] = run
-            if right_does == 1:
-                other = first[(lo + n) % p]
-                if type(other.procs[k][2]) is _Stair:
-                    self._shrink(other, True)
-                    taken = 1
-                else:
-                    del first[(lo + n) % p]
-                    other.procs[k][2][3] = arrive
-                    other.alive = False
-                    taken = other.n
-                del last[(lo + n - 1) % p]
-                n += taken
-                last[(lo + n - 1) % p] = run
-            run.lo, run.n = lo, n
+        def posted(steps, pc: int, rep: int, step, chunk: float, arrive: float) -> None:
+            """Every run's post of ``step`` as its plan says (``steps``: run, its collectives'
+            process, plan; ``_post``: the end ranks left, then the neighbours taken in), in
+            the glide's order."""
+            for run, proc, plan in steps:
+                run.sent += chunk
+                run.received += chunk
+                proc[0], proc[1] = pc, rep + 1
+                if plan is None:
+                    continue
+                left_does, right_does = plan
+                lo, n = run.lo, run.n
+                if not left_does:
+                    pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
+                                   run.sent, run.received))
+                    del first[lo]
+                    lo, n = (lo + 1) % p, n - 1
+                    first[lo] = run
+                    shed[id(run)][0] = True
+                if not right_does:
+                    end = (lo + n - 1) % p
+                    pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
+                                   run.sent, run.received))
+                    del last[end]
+                    n -= 1
+                    last[(end - 1) % p] = run
+                    shed[id(run)][1] = True
+                if left_does == 1:
+                    other = last[(lo - 1) % p]
+                    if type(other.procs[k][2]) is _Stair:
+                        self._shrink(other, False)         # (its last rank, in ``run`` now)
+                        taken = 1
+                    else:
+                        del last[(lo - 1) % p]
+                        other.procs[k][2][4] = arrive
+                        other.alive = False        # (``_drop``: it has no timer)
+                        taken = other.n
+                    del first[lo]
+                    lo, n = (lo - taken) % p, n + taken
+                    first[lo] = run
+                if right_does == 1:
+                    other = first[(lo + n) % p]
+                    if type(other.procs[k][2]) is _Stair:
+                        self._shrink(other, True)
+                        taken = 1
+                    else:
+                        del first[(lo + n) % p]
+                        other.procs[k][2][3] = arrive
+                        other.alive = False
+                        taken = other.n
+                    del last[(lo + n - 1) % p]
+                    n += taken
+                    last[(lo + n - 1) % p] = run
+                run.lo, run.n = lo, n
 
         def looked():
             """After a step: "settle" where the runs would join (the timers fire together:
@@ -1442,13 +1444,8 @@ class _Ring:
             # Done, in order.
             self.events += len(runs)
             self.order += len(runs)
-            for run, plan in zip(runs, plans):
-                run.sent += chunk
-                run.received += chunk
-                proc = run.procs[k]
-                proc[0], proc[1] = pc, rep + 1
-                if plan is not None:
-                    done(run, plan, pc, rep, step, chunk, arrive)
+            posted(zip(runs, [run.procs[k] for run in runs], plans), pc, rep, step, chunk,
+                   arrive)
             self.now = arrive
             verdict = looked()
             if verdict == "settle":
