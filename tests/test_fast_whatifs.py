@@ -491,6 +491,37 @@ def test_rabenseifner_s_classes_see_their_hosts_other_ranks(monkeypatch):
     assert_same(predict(profile, "ddp", 64, sc, engine="fast"), by_class)
 
 
+@pytest.mark.parametrize("hosts, straggler, kw, profile, first", [
+    (32, {15: 1.3}, dict(bucket_bytes=4_000_000), "vgg", True),
+    (16, {28: 0.5}, {}, "vgg", True),
+    (8, {5: 2.0}, dict(broadcast_buffers=False, bucket_bytes=4_000_000), "vgg", True),
+    (16, {5: 1.5}, dict(overlap=False, broadcast_buffers=False), DISTINCT, True),
+    (32, {40: 2.0}, dict(compression="fp16"), BIG_FIRST, False)],
+    ids=lambda x: {id(DISTINCT): "distinct", id(BIG_FIRST): "big"}.get(id(x), str(x)))
+def test_only_the_first_bucket_is_replayed_rank_by_rank(monkeypatch, hosts, straggler, kw,
+                                                        profile, first):
+    """Rabenseifner over two ranks a host beside a straggler whose classes part: every rank
+    is replayed up to the first bucket's end, and where every host leaves it alike (the
+    doubling makes every rank wait for every other, the straggler's backward reaches the
+    next buckets before the collectives do) two hosts stand for all from there
+    (``fast._first_bucket_replayed``): the DES's times.  Where a host leaves it otherwise or
+    a later bucket starts unevenly (fp16 on a 9.4 MB first tensor), every rank of every
+    bucket, and the DES's times again."""
+    from commsim.sim import fast
+
+    taken = []
+    replayed = fast._first_bucket_replayed
+    monkeypatch.setattr(fast, "_first_bucket_replayed",
+                        lambda *a: taken.append(replayed(*a)) or taken[-1])
+    monkeypatch.setattr(fast, "_wave_buckets", lambda *a: None)
+    profile = load_default() if profile == "vgg" else profile
+    sc = Scenario(global_batch=64 * hosts, algorithm="rabenseifner", ranks_per_host=2,
+                  stragglers=straggler, cores_per_host=8, **{"bucket_bytes": 500_000, **kw})
+    assert_same(predict(profile, "ddp", hosts, sc, engine="des"),
+                predict(profile, "ddp", hosts, sc, engine="fast"))
+    assert len(taken) == 1 and (taken[0] is not None) == first
+
+
 def test_binomial_ps_on_shared_hosts():
     check("ps", 3, algorithm="binomial", ranks_per_host=2, cores_per_host=4,
           stragglers={3: 1.5}, sync_every=2)

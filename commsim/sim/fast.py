@@ -601,6 +601,9 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             for by_bucket in (_wave_buckets, _slow_link_buckets) if buckets else ():
                 by_class = by_class or by_bucket(spec, costs, algorithm, forward,
                                                  backward_work, backward_end, a)
+            if by_class is None and buckets:
+                by_class = _first_bucket_replayed(Run(spec, costs, ranks), blocks, algorithm,
+                                                  start, forward, backward_work, backward_end, a)
             if by_class is None:
                 by_class = _replayed_then_alike(Run(spec, costs, ranks), blocks, algorithm,
                                                 buckets, start)
@@ -767,6 +770,63 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     p = spec.world_size
     _add_tiled(run, twin)
     return run, _tile(t, p), comm + _tile(later, p)
+
+
+def _first_bucket_replayed(run: Run, blocks, algorithm: str, start, forward, backward_work,
+                           backward_end, a: float):
+    """``_sync``'s answer for DDP's buckets (the run that counted the bytes, when each rank is
+    synchronised, its time in the collectives) where only the first bucket is uneven: every
+    rank replayed up to its end, two alike hosts from there; None where that does not hold.
+
+    A straggler holds the first bucket back on its host alone, and the doubling all-reduce
+    makes every rank wait for every other, so where the links are the bottleneck every rank
+    leaves it at one instant per place in its host, its host's NIC directions as every
+    other's, and the straggler's backward reaches the next buckets before the collectives
+    do: from there the cluster is uniform (``_alike_block``).  Steps: the iteration replayed
+    up to the first bucket's end (``_sync_replayed``, every rank: its compute and the
+    buffer broadcast order the ranks that launch it at one instant); where every rank and
+    every host leave it alike (``_alike_state``, to the bit), each later bucket launched as
+    ``_sync`` launches it (when backward reaches it, after the last) and, where every rank
+    launches it as its place in every host does, all-reduced on two hosts standing for all
+    (``Run.order_known`` false: the order in which the DES resumes ranks due at one instant
+    descends from the uneven first bucket, so the times must not depend on it).  The first
+    bucket alone is a third of VGG-11's messages: a rank's halving and doubling are as many
+    messages in every bucket."""
+    spec, costs = run.spec, run.costs
+    tail = _alike_block(spec, algorithm)
+    if tail is None or len(costs.buckets) < 2 or run.r < run.a:
+        return None
+    width, p = tail.idx.size, spec.world_size
+    try:
+        first_end, first_comm, _ = _sync_replayed(run, blocks, algorithm, True, start,
+                                                  tensors=1)
+    except NotExact:
+        return None
+    pair = _alike_state(run, first_end, width)
+    if pair is None:
+        return None
+    twin = Run(spec, costs, np.arange(width))
+    twin.nics, twin.order_known = pair, False
+    fp16 = spec.compression == "fp16"
+    replayed = iter([first_end])
+
+    def allreduce(launch, nbytes):
+        end = next(replayed, None)
+        if end is not None:                 # the first bucket, as the replay left it
+            if not np.allclose(launch, end - first_comm, rtol=1e-12, atol=0.0):
+                raise NotExact("the replay launched the first bucket elsewhere")
+            return end
+        if np.any(launch.reshape(-1, run.rph) != launch[:run.rph]):
+            raise NotExact("a later bucket is launched unevenly")
+        return _tile(_allreduce(twin, [tail], algorithm, launch[:width], nbytes, fp16=fp16), p)
+
+    try:
+        synced, comm, _ = _sync(run, [], algorithm, True, forward, backward_work, backward_end,
+                                a, allreduce=allreduce)
+    except NotExact:
+        return None
+    _add_tiled(run, twin)
+    return run, synced, comm
 
 
 def _tensor_by_tensor(run: Run, blocks, algorithm: str, start):
@@ -1671,14 +1731,15 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     (signalling each bucket ready), waits for the collectives, then steps.  When each rank
     is synchronised, its time in the collectives, and when its step ends (with
     ``run.sharing``, its compute seconds are ``run.compute_s``, the compute processes' last).
-    ``tensors``: only the first so many tensors' all-reduces (no buckets), synchronised after
-    them, and no optimizer step (in the DES the next tensor follows, not a job on the host's
-    CPU beside its other ranks' last reductions).  The ranks due at one instant start in rank
+    ``tensors``: only the first so many tensors' all-reduces (or DDP buckets': backward goes
+    on to its end, signalling every bucket), synchronised after them (with buckets: when
+    each rank leaves the last of them), and no optimizer step (in the DES the next tensor
+    follows, not a job on the host's CPU beside its other ranks' last reductions).  The ranks due at one instant start in rank
     order unless the run says it is not theirs (``Run.order_known``, ``hosts_in_order``: its
     hosts stand for others)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
-    sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)[:tensors]
+    sizes = ([b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes))[:tensors]
     messages = fast_queues.Messages()
     collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages)
     alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
@@ -1705,6 +1766,8 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
                          pairs=n, order_known=known and run.order_known,
                          hosts_in_order=run.hosts_in_order, together=together)
     done, synced = np.array(marks[:n]), np.array(marks[n:])[:, 0]
+    if tensors is not None:
+        synced = done[:, -1]
     return synced, (done[:, 1::2] - done[:, 0::2]).sum(axis=1), ends[n:]
 
 
