@@ -1744,17 +1744,20 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages)
     alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
     computes, begin, known = _compute_programs(run, buckets, messages, alike, after_broadcast)
-    for k, program in enumerate(computes):
+    backward = {}           # (per compute factor: a few, for every rank of a large world)
+    for k, (program, f) in enumerate(zip(computes, run.factor.tolist())):
         if buckets:
-            program += [(fast_queues.SPAWN,),
-                        *_backward_by_bucket(spec, costs, costs.backward_s * run.factor[k]),
-                        (fast_queues.JOIN,)]
+            if f not in backward:
+                backward[f] = [(fast_queues.SPAWN,),
+                               *_backward_by_bucket(spec, costs, costs.backward_s * f),
+                               (fast_queues.JOIN,)]
+            program += backward[f]
         else:
-            program += [(fast_queues.COMPUTE, costs.backward_s * run.factor[k])]
+            program += [(fast_queues.COMPUTE, costs.backward_s * f)]
             program += collectives[k]
         program.append((fast_queues.MARK,))
         if tensors is None:         # (after some tensors the iteration goes on to the next)
-            program.append((fast_queues.COMPUTE, costs.optimizer_s * run.factor[k]))
+            program.append((fast_queues.COMPUTE, costs.optimizer_s * f))
     together = n if spec.broadcast_buffers and buckets else 0
     if not buckets:
         ends, marks = replay(run, messages, computes, begin,
@@ -1782,21 +1785,28 @@ def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
     _fits_in_memory(len(sizes) * _replayed_messages(run.spec, algorithm, blocks))
     collectives = [[] for _ in range(run.ranks.size)]
     overhead = costs.overhead("all_reduce")
+    # (the actions alike in every rank's program are one tuple each, shared: a replay of
+    # 65,536 ranks holds some millions)
+    mark, enter, leave = (fast_queues.MARK,), (fast_queues.ENTER,), (fast_queues.EXIT,)
+    used = set()
     for i, nbytes in enumerate(sizes):
+        launch = [(fast_queues.READY, i), mark] if buckets else [mark]
         for program in collectives:
-            program += [(fast_queues.READY, i), (fast_queues.MARK,)] if buckets \
-                else [(fast_queues.MARK,)]
+            program += launch
         cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
+        before, after = [enter, *cast, (fast_queues.WAIT, overhead)], [*cast, leave]
         for blk in blocks:
             if blk.size <= 1:
                 continue
             sched = SCHEDULES[algorithm](run, blk, average=not fp16)
+            used.add(sched)
             steps = sched.replayed(nbytes / 2 if fp16 else nbytes, messages, rows=True)
             for k, body in zip(blk.idx.ravel().tolist(), steps):
-                collectives[k] += [(fast_queues.ENTER,), *cast, (fast_queues.WAIT, overhead),
-                                   *body, *cast, (fast_queues.EXIT,)]
+                collectives[k] += [*before, *body, *after]
         for program in collectives:
-            program.append((fast_queues.MARK,))
+            program.append(mark)
+    for sched in used:         # (the messages and the rows are made: the replay holds them)
+        sched.shed()
     return collectives
 
 
@@ -1819,14 +1829,18 @@ def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broa
         blk = Block(np.arange(p)[None], p)
         tree = binomial_broadcast_schedule(run, blk, "broadcast").added(
             float(costs.buffer_bytes), messages)
+        before = [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("broadcast"))]
+        after = [(fast_queues.TOGETHER,), (fast_queues.EXIT,)]      # (shared by every rank)
         for program, body in zip(steps, tree):
-            program += [(fast_queues.ENTER,), (fast_queues.WAIT, costs.overhead("broadcast")),
-                        *body, (fast_queues.TOGETHER,), (fast_queues.EXIT,)]
+            program += [*before, *body, *after]
     elif broadcast:
         steps = [[] for _ in range(n)]        # the local steps are over before it
         known = alike
-    for program, f in zip(steps, run.factor):
-        program.append((fast_queues.COMPUTE, costs.forward_s * f))
+    forward = {}
+    for program, f in zip(steps, run.factor.tolist()):
+        if f not in forward:
+            forward[f] = (fast_queues.COMPUTE, costs.forward_s * f)
+        program.append(forward[f])
     begin = after_broadcast if broadcast and n < p else np.zeros(n)
     return steps, begin, known
 

@@ -800,6 +800,11 @@ class Schedule:
         self.account(nbytes)
         return T
 
+    def shed(self) -> None:
+        """Lets go of the table ``added`` builds from (built again where it is needed again):
+        a replay of every rank holds it twice over otherwise, beside its own."""
+        self._shape = None
+
     def account(self, nbytes: float) -> None:
         """The bytes one collective of ``nbytes`` sends and receives, on the run's ranks."""
         run = self._run
@@ -840,12 +845,14 @@ class Schedule:
         arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte)."""
         shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
             else self._shaped()
-        _, base, messages_a, messages_b, bounds, columns, steps = shape
-        table = base.copy()
-        if first:
-            for name, where in (("a", messages_a), ("b", messages_b)):
+        _, kinds, a, b, work_per_B, bounds, columns, steps = shape
+        table = np.empty(kinds.size, dtype=fast_queues.ROW)
+        table["kind"], table["a"], table["b"] = kinds, a, b
+        if first:       # (message numbers: all but a reduction's a, an exchange's b)
+            for name, where in (("a", kinds != fast_queues.GLOO),
+                                ("b", kinds == fast_queues.EXCHANGE)):
                 np.add(table[name], first, out=table[name], where=where)
-        np.multiply(table["w"], nbytes, out=table["w"])
+        np.multiply(work_per_B, nbytes, out=table["w"])
         src, dst, lat, mult, per_byte, hs, hd = columns
         size = mult * nbytes
         if phases is not None:
@@ -861,8 +868,8 @@ class Schedule:
     def _shaped(self) -> tuple:
         """``_table``'s table for any size, built once: per row (by position, in the order
         each takes them) its kind, its two integers before the message numbers' offset, its
-        work per byte (``fast_queues.ROW`` records), and which of the integers are message
-        numbers; where each position's rows begin; the messages' columns (src, dst, latency,
+        work per byte (``fast_queues.ROW``'s columns, compact); where each position's rows
+        begin; the messages' columns (src, dst, latency,
         bytes per byte of the collective, seconds a byte, tx and rx hosts); per step, its
         phase (``added``'s ``phases``: its messages' numbers, the ranks that reduce and their
         work per byte).
@@ -874,17 +881,30 @@ class Schedule:
         run, idx = self._run, self.idx
         rows, width = idx.shape
         flat = np.arange(rows * width).reshape(rows, width)
-        parts = []                    # per step: positions, kinds, a, b, work (in order)
+        # Each step's rows go straight into the whole table's columns, compact (a position and
+        # a message number fit 32 bits; the table takes its integers as 64): at 65,536 ranks a
+        # bucket's table is millions of rows, and its copies were most of a replay's memory.
+        total = sent = 0
+        for kind, src, dst, *_, work in self.steps:
+            count = rows * np.arange(width)[src].size
+            total += count * (1 if kind == _GLOO else (2 if kind == _SEND else 1) + bool(work))
+            sent += 0 if kind == _GLOO else count
+        index = np.int32 if max(total, sent, rows * width) < 2 ** 31 else np.int64
+        at = np.empty(total, dtype=index)
+        kinds = np.empty(total, dtype=np.int8)
+        a, b = np.zeros(total, dtype=index), np.zeros(total, dtype=index)
+        work_per_B = np.zeros(total)
         messages = []
         steps = []
-        count = 0
+        count = row = 0
         for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
             cols = np.arange(width)[src]
             if kind == _GLOO:
-                at = flat[:, cols].ravel()
-                none = np.zeros(at.size, dtype=np.int64)
-                parts.append((at, np.full(at.size, fast_queues.GLOO), none, none,
-                              np.full(at.size, work)))
+                where = slice(row, row + rows * cols.size)
+                at[where] = flat[:, cols].ravel()
+                kinds[where] = fast_queues.GLOO
+                work_per_B[where] = work
+                row = where.stop
                 steps.append(("work", 0, 0, idx[:, cols], work))
                 continue
             to = np.arange(width)[dst] if kind == _SEND else cols[dst]
@@ -900,46 +920,40 @@ class Schedule:
                           (idx[:, to] if kind == _SEND else idx[:, cols]) if work else None,
                           work))
             count += s.size
-            zero = np.zeros_like(ids)
+            # Interleaved, message by message, its actions in turn: a send's sender sends,
+            # then its receiver receives (and reduces); an exchange's (or a ring shift's)
+            # position sends and receives the message back (its partner's, or its left's),
+            # then reduces.
             if kind == _SEND:
-                # (per message: its sender's send, its receiver's receive and reduction)
-                at = [s.ravel(), d.ravel()]
-                kinds = [fast_queues.SEND, fast_queues.RECV]
-                a, b, sec = [ids, ids], [zero, zero], [0.0, 0.0]
+                acts = [(s.ravel(), fast_queues.SEND, ids, 0), (d.ravel(), fast_queues.RECV, ids, 0)]
                 reduces = d.ravel()
             else:
-                # The message each position receives: its partner's, or its left's.
                 back = (ids.reshape(s.shape)[:, np.argsort(dst)] if kind == _SHIFT
                         else ids.reshape(s.shape)[:, dst]).ravel()
-                at, kinds, a, b, sec = [s.ravel()], [fast_queues.EXCHANGE], [ids], [back], [0.0]
+                acts = [(s.ravel(), fast_queues.EXCHANGE, ids, back)]
                 reduces = s.ravel()
             if work:
-                at.append(reduces)
-                kinds.append(fast_queues.GLOO)
-                a.append(zero)
-                b.append(zero)
-                sec.append(work)
-            # (interleaved: message by message, its actions in turn)
-            parts.append((np.stack(at, axis=1).ravel(), np.tile(kinds, ids.size),
-                          np.stack(a, axis=1).ravel(), np.stack(b, axis=1).ravel(),
-                          np.tile(sec, ids.size)))
-        columns = [np.concatenate([np.ravel(x[i]) for x in messages]).astype(dtype)
+                acts.append((reduces, fast_queues.GLOO, 0, 0))
+            per = len(acts)
+            where = slice(row, row + per * ids.size)
+            for j, (position, action, first, second) in enumerate(acts):
+                lane = slice(where.start + j, where.stop, per)
+                at[lane], kinds[lane], a[lane], b[lane] = position, action, first, second
+            if work:
+                work_per_B[where.start + per - 1:where.stop:per] = work
+            row = where.stop
+        columns = [np.concatenate([np.ravel(x[i]) for x in messages]).astype(dtype, copy=False)
                    if messages else np.zeros(0, dtype)
                    for i, dtype in enumerate((np.int64, np.int64, np.float64, np.float64,
                                               np.float64, np.int64, np.int64))]
+        # A stable sort by position keeps each position's rows in the order it takes them.
         bounds = np.zeros(rows * width + 1, dtype=np.int64)
-        if parts:
-            at = np.concatenate([x[0] for x in parts])
-            order = np.argsort(at, kind="stable")
-            np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
-            kind, a, b, work = (np.concatenate([x[i] for x in parts])[order]
-                                for i in range(1, 5))
-        else:
-            kind = a = b = np.zeros(0, dtype=np.int64)
-            work = np.zeros(0)
-        base = fast_queues.action_table(kind, a, b, work)
-        self._shape = (len(self.steps), base, kind != fast_queues.GLOO,
-                       kind == fast_queues.EXCHANGE, bounds, columns, steps)
+        np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
+        order = np.argsort(at, kind="stable")
+        del at
+        kinds, a, b, work_per_B = (x[order] for x in (kinds, a, b, work_per_B))
+        del order
+        self._shape = (len(self.steps), kinds, a, b, work_per_B, bounds, columns, steps)
         return self._shape
 
 
