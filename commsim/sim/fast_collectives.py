@@ -745,13 +745,16 @@ class Schedule:
         Without queues first: a message starts when both ends have posted.  On shared hosts
         the run's NIC queues must agree (``NicState.accept``: no message met another on a
         direction); where they do not, the collective is replayed through them
-        (``fast_queues.simulate``)."""
+        (``fast_queues.simulate``), as soon as one step's messages meet (the steps after it
+        are not timed: at 65,536 ranks a straggler's all-reduce meets at its first step
+        between hosts)."""
         run, idx = self._run, self.idx
         T = np.array(T, dtype=float)
         if run.nics is not None:
             start = T.copy()
             backward_end = None if run.backward_end is None else run.backward_end.copy()
         crossed = []
+        queued = False
         for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
             if kind == _GLOO:
                 T[:, src] = run.gloo(idx, _get(T, src), work * nbytes, src)
@@ -770,6 +773,9 @@ class Schedule:
                 busy = np.broadcast_to(size * per_byte, begin.shape)[inter]
                 crossed.append((ends[0] // run.rph, ends[1] // run.rph, begin[inter],
                                 begin[inter] + busy))
+                if NicState.meet(*crossed[-1]):
+                    queued = True      # (the rest cannot undo it)
+                    break
             # An exchange's two messages start together (max of the partners' posts) and cost
             # the same (one link, both ways): both are delivered at ``got``, the all_of too.
             done = run.gloo(idx, got, work * nbytes, dst if kind == _SEND else src) \
@@ -779,7 +785,7 @@ class Schedule:
                 T[:, dst] = done
             else:
                 T[:, src] = done
-        if crossed and not run.nics.accept(*(np.concatenate(x) for x in zip(*crossed))):
+        if queued or crossed and not run.nics.accept(*(np.concatenate(x) for x in zip(*crossed))):
             if run.replays:
                 raise Replay
             # Alone: the first collective on these NICs (DDP's buffer broadcast), every rank

@@ -58,6 +58,11 @@ _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DE
     _DONE, _SIGNALLED, _ENDED, _LATCHED = range(12)
 
 
+def _touch(end) -> float:
+    """The clock's touch (``TOUCH_RTOL``) at the latest of ``end``: instants closer are one."""
+    return TOUCH_RTOL * max(1.0, float(np.abs(end).max()))
+
+
 class NicState:
     """Per host, when its transmit and receive directions are free and when they were last
     requested, over the collectives of one run (one rank per host on a direction at a time is
@@ -82,6 +87,20 @@ class NicState:
         other.requested = tuple(x.copy() for x in self.requested)
         return other
 
+    @staticmethod
+    def meet(hs, hd, begin, end) -> bool:
+        """Whether two of these messages (``begin`` .. ``end`` on directions ``hs`` -> ``hd``)
+        hold one direction at once (beyond the clock's touch): then some message queued."""
+        if begin.size == 0:
+            return False
+        tol = _touch(end)
+        for hosts in (hs, hd):
+            order = np.lexsort((begin, hosts))
+            h, b, e = hosts[order], begin[order], end[order]
+            if np.any((h[1:] == h[:-1]) & (b[1:] < e[:-1] - tol)):
+                return True
+        return False
+
     def accept(self, hs, hd, begin, end) -> bool:
         """Messages timed without queues (``begin`` .. ``end`` on directions ``hs`` -> ``hd``):
         True, and recorded, if none overlaps another or starts before its directions are free
@@ -89,15 +108,11 @@ class NicState:
         message would have queued."""
         if begin.size == 0:
             return True
-        scale = max(1.0, float(np.abs(end).max()))
-        tol = TOUCH_RTOL * scale
-        for hosts, free in zip((hs, hd), self.free):
-            if np.any(begin < free[hosts] - tol):
-                return False
-            order = np.lexsort((begin, hosts))
-            h, b, e = hosts[order], begin[order], end[order]
-            if np.any((h[1:] == h[:-1]) & (b[1:] < e[:-1] - tol)):
-                return False
+        tol = _touch(end)
+        if any(np.any(begin < free[hosts] - tol) for hosts, free in zip((hs, hd), self.free)):
+            return False
+        if NicState.meet(hs, hd, begin, end):
+            return False
         for hosts, free, requested in zip((hs, hd), self.free, self.requested):
             np.maximum.at(free, hosts, end)
             np.maximum.at(requested, hosts, begin)
