@@ -35,7 +35,11 @@ static const double DUE_S = 1e-15;    /* fast_queues._DUE_S: a pool's job this c
 /* engine.residue: whether work left is float residue of none (the job is done). */
 static inline int residue(double left) { return left <= EPS * fmax(1.0, left); }
 
-typedef struct { double t; int64_t seq; int kind; int64_t a, b; } Event;
+typedef struct { double t; int64_t kind, a, b; } Event;
+/* A later instant's events in the order they were pushed (their order at the instant), and the
+ * heap's entry for it. */
+typedef struct { double t; Event *v; int64_t n, cap; } Slot;
+typedef struct { double t; int64_t slot; } Instant;
 /* A row of an actions' table (``fast_queues.ROW``). */
 typedef struct { int64_t kind, a, b; double w; } Row;
 typedef struct { double w, r; int64_t k; } Job;
@@ -54,8 +58,12 @@ typedef struct { Shared *v; int64_t n, cap; } SharedJobs;
 typedef struct { double key[3]; double value; int used; } Memo;
 
 typedef struct {
-    /* the heap of later events, and the queue of the instant being run (``now``) */
-    Event *heap; int64_t size, cap, seq;
+    /* the later instants (``Instant``: a heap of them, their slots of events, a table from an
+     * instant to its slot), and the queue of the instant being run (``now``) */
+    Instant *due; int64_t due_n, due_cap;
+    Slot *slots; int64_t slots_n, slots_cap;
+    int64_t *spare; int64_t spare_n;
+    int64_t *at; int64_t at_n, at_cap;
     Event *queue; int64_t q_head, q_tail, q_cap;
     double now;
     /* inputs */
@@ -102,10 +110,8 @@ typedef struct {
     Job *done_jobs; int64_t done_cap;
 } S;
 
-/* ---- binary heaps: the events by (t, seq), a pool's jobs by (end, order) ---- */
-static inline int before(const Event *x, const Event *y) {
-    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
-}
+/* ---- heaps: the later instants by t (distinct), a pool's jobs by (end, order) ---- */
+static inline int before(const Instant *x, const Instant *y) { return x->t < y->t; }
 
 static inline int shared_before(const Shared *x, const Shared *y) {
     return x->end < y->end || (x->end == y->end && x->order < y->order);
@@ -113,9 +119,9 @@ static inline int shared_before(const Shared *x, const Shared *y) {
 
 /* NAME_up(v, i, x): x placed at slot i (the heap's new last) and sifted up;
  * NAME_pop(v, &n): the first taken off, the last sifted down in its place.  Four children a
- * node (ARITY): half the levels of a binary heap, its children side by side in memory (a
- * replay of every rank at 65,536 ranks runs 131,072 processes).  The keys are
- * distinct (a sequence number breaks ties), so any heap pops in the same order. */
+ * node (ARITY): half the levels of a binary heap, its children side by side in memory.  The
+ * keys are distinct (an instant has one entry; a pool's jobs' order breaks ties), so any heap
+ * pops in the same order. */
 #define ARITY 4
 #define HEAP(NAME, TYPE, BEFORE)                                                         \
     static inline __attribute__((always_inline)) void NAME##_up(TYPE *v, int64_t i,      \
@@ -144,7 +150,7 @@ static inline int shared_before(const Shared *x, const Shared *y) {
         if (n) v[i] = e;                                                                 \
         return top;                                                                      \
     }
-HEAP(events, Event, before)
+HEAP(instants, Instant, before)
 HEAP(jobs, Shared, shared_before)
 
 /* NAME_finished(v, &n, out): ``engine.finished_jobs`` on the n jobs v (in arrival order, WORK
@@ -173,7 +179,8 @@ FINISHED(shared, Shared, work)
 /* The instant's queue with room for one more (what was taken from its front let go). */
 static int queue_room(S *s) {
     if (s->q_tail < s->q_cap) return 0;
-    if (s->q_head > 0) {
+    if (2 * s->q_head >= s->q_cap) {     /* (half of it taken: slide; else grow, as the
+                                           instant's array may come full from its slot) */
         memmove(s->queue, s->queue + s->q_head, (s->q_tail - s->q_head) * sizeof(Event));
         s->q_tail -= s->q_head; s->q_head = 0;
         if (s->q_tail < s->q_cap) return 0;
@@ -185,30 +192,116 @@ static int queue_room(S *s) {
     return 0;
 }
 
-/* An event at the instant being run joins the end of that instant's queue (its sequence
- * number is the largest there); a later one goes on the heap. */
+static inline uint64_t mix(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return x;
+}
+
+/* ---- later instants ----
+ * Events run in the order of their instants and, at one instant, in the order they were
+ * pushed (simpy's).  Each later instant holds its events in a slot in that order; the heap
+ * holds an entry an instant, not an event, and a table finds an instant's slot.  Thousands
+ * of alike ranks act at one instant in a replay of every rank (a straggler's classes at
+ * 65,536 ranks), and the instant's events then move to the queue as one array. */
+static inline uint64_t home(S *s, double t) {
+    uint64_t u;
+    if (t == 0.0) t = 0.0;                 /* (-0.0 is the instant 0.0) */
+    memcpy(&u, &t, sizeof u);
+    return mix(u) & (uint64_t)(s->at_cap - 1);
+}
+
+/* The table's place for instant t: its slot's, or the empty place where it would go. */
+static inline uint64_t place(S *s, double t) {
+    uint64_t mask = s->at_cap - 1, i = home(s, t);
+    while (s->at[i] >= 0 && s->slots[s->at[i]].t != t) i = (i + 1) & mask;
+    return i;
+}
+
+static int at_grow(S *s) {
+    int64_t cap = s->at_cap ? 2 * s->at_cap : 1024, *old = s->at, oldcap = s->at_cap;
+    int64_t *at = malloc(cap * sizeof(int64_t));
+    if (!at) { PyErr_NoMemory(); return -1; }
+    memset(at, 0xff, cap * sizeof(int64_t));
+    s->at = at; s->at_cap = cap;
+    for (int64_t j = 0; j < oldcap; j++)
+        if (old[j] >= 0) s->at[place(s, s->slots[old[j]].t)] = old[j];
+    free(old);
+    return 0;
+}
+
+/* Instant t's place emptied (linear probing: the entries after it that may move up do). */
+static void at_remove(S *s, uint64_t i) {
+    uint64_t mask = s->at_cap - 1, j = i;
+    s->at[i] = -1;
+    s->at_n--;
+    for (;;) {
+        j = (j + 1) & mask;
+        int64_t k = s->at[j];
+        if (k < 0) return;
+        uint64_t h = home(s, s->slots[k].t);
+        /* (k stays unless its home lies cyclically outside (i, j]) */
+        if (i <= j ? (h <= i || h > j) : (h <= i && h > j)) {
+            s->at[i] = k; s->at[j] = -1; i = j;
+        }
+    }
+}
+
+/* A slot for a new later instant t, on the heap and in the table: its index. */
+static int64_t new_instant(S *s, double t) {
+    if (2 * (s->at_n + 1) > s->at_cap && at_grow(s) < 0) return -1;
+    int64_t k;
+    if (s->spare_n) {
+        k = s->spare[--s->spare_n];
+    } else {
+        if (s->slots_n == s->slots_cap) {
+            int64_t cap = s->slots_cap ? 2 * s->slots_cap : 1024;
+            Slot *v = realloc(s->slots, cap * sizeof(Slot));
+            int64_t *w = realloc(s->spare, cap * sizeof(int64_t));
+            if (v) s->slots = v;
+            if (w) s->spare = w;
+            if (!v || !w) { PyErr_NoMemory(); return -1; }
+            s->slots_cap = cap;
+        }
+        k = s->slots_n++;
+        s->slots[k].v = NULL; s->slots[k].cap = 0;
+    }
+    s->slots[k].t = t; s->slots[k].n = 0;
+    s->at[place(s, t)] = k;
+    s->at_n++;
+    if (s->due_n == s->due_cap) {
+        int64_t cap = s->due_cap ? 2 * s->due_cap : 1024;
+        Instant *h = realloc(s->due, cap * sizeof(Instant));
+        if (!h) { PyErr_NoMemory(); return -1; }
+        s->due = h; s->due_cap = cap;
+    }
+    Instant entry = {t, k};
+    instants_up(s->due, s->due_n++, entry);
+    return k;
+}
+
+/* An event at the instant being run joins the end of that instant's queue; a later one the
+ * end of its instant's slot. */
 static inline __attribute__((always_inline)) int push(S *s, double t, int kind, int64_t a,
                                                       int64_t b) {
-    Event e = {t, s->seq++, kind, a, b};
+    Event e = {t, kind, a, b};
     if (t == s->now) {
         if (s->q_tail == s->q_cap && queue_room(s) < 0) return -1;
         s->queue[s->q_tail++] = e;
         return 0;
     }
-    if (s->size == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 1024;
-        Event *h = realloc(s->heap, cap * sizeof(Event));
-        if (!h) { PyErr_NoMemory(); return -1; }
-        s->heap = h; s->cap = cap;
+    int64_t k = s->at_cap ? s->at[place(s, t)] : -1;
+    if (k < 0 && (k = new_instant(s, t)) < 0) return -1;
+    Slot *slot = &s->slots[k];
+    if (slot->n == slot->cap) {
+        int64_t cap = slot->cap ? 2 * slot->cap : 8;
+        Event *v = realloc(slot->v, cap * sizeof(Event));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        slot->v = v; slot->cap = cap;
     }
-    events_up(s->heap, s->size++, e);
+    slot->v[slot->n++] = e;
     return 0;
 }
 
 /* ---- signals and ends fired: a set of keys ---- */
-static inline uint64_t mix(uint64_t x) {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return x;
-}
 
 static int fired_has(S *s, int64_t key) {
     uint64_t mask = s->fired_cap - 1, i = mix(key) & mask;
@@ -769,17 +862,21 @@ static int on_timer(S *s, int64_t h, int64_t version, double t) {
     return reschedule(s, h, t);
 }
 
-/* The next event: the instant's queue first; else the heap's first instant, all its events
- * moved to the queue in their order. */
+/* The next event: the instant's queue first; else the first later instant's, its slot's
+ * events becoming the queue (the slot keeps the queue's room, for another instant). */
 static inline int next(S *s, Event *e) {
     if (s->q_head == s->q_tail) {
-        s->q_head = s->q_tail = 0;
-        if (!s->size) return 0;
-        s->now = s->heap[0].t;
-        while (s->size && s->heap[0].t == s->now) {
-            if (queue_room(s) < 0) return -1;
-            s->queue[s->q_tail++] = events_pop(s->heap, &s->size);
-        }
+        if (!s->due_n) return 0;
+        Instant first = instants_pop(s->due, &s->due_n);
+        Slot *slot = &s->slots[first.slot];
+        at_remove(s, place(s, first.t));
+        s->now = first.t;
+        Event *v = s->queue;
+        int64_t cap = s->q_cap;
+        s->queue = slot->v; s->q_cap = slot->cap;
+        s->q_head = 0; s->q_tail = slot->n;
+        slot->v = v; slot->cap = cap; slot->n = 0;
+        s->spare[s->spare_n++] = first.slot;
     }
     *e = s->queue[s->q_head++];
     return 1;
@@ -871,7 +968,8 @@ static int loop(S *s) {
 }
 
 static void release(S *s) {
-    free(s->heap); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
+    for (int64_t k = 0; k < s->slots_n; k++) free(s->slots[k].v);
+    free(s->slots); free(s->spare); free(s->at); free(s->due); free(s->queue); free(s->posted); free(s->waiting_on); free(s->pending); free(s->all_of);
     free(s->pc); free(s->sub); free(s->sub_end); free(s->finish); free(s->waits);
     free(s->fired); free(s->spawned);
     free(s->latch); free(s->advanced); free(s->timer); free(s->next_wait);
@@ -985,7 +1083,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     S st;
     memset(&st, 0, sizeof st);
     S *s = &st;
-    s->now = -INFINITY;           /* (the first events go on the heap) */
+    s->now = -INFINITY;           /* (the first events go to later instants) */
     PyObject *result = NULL;
     /* processor sharing: (SharedCpus, cpu, multiplicity, cores, threads, per_job, contended,
      * src, dst, bytes, done, last, busy, computing, talking, order) */
