@@ -133,6 +133,27 @@ def test_two_senders_share_a_transmit_direction():
     np.testing.assert_allclose(nics.free[1], [-np.inf, 5.0])
 
 
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.floats(0.0, 10.0),
+                          st.floats(0.0, 3.0)), max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_messages_that_meet_on_a_direction_are_not_accepted(messages):
+    """``NicState.meet`` (a step's check in ``Schedule.run``, which then replays at once) and
+    ``accept`` agree: messages that hold one direction at once (beyond the clock's touch) meet
+    and are not accepted, and on fresh NICs messages that do not meet are; touching ends
+    (one message starting as another ends) do not meet."""
+    hs, hd, begin, busy = (np.array([m[i] for m in messages], dtype=float if i > 1 else int)
+                           for i in range(4))
+    end = begin + busy
+    met = NicState.meet(hs, hd, begin, end)
+    assert met != NicState(3).accept(hs, hd, begin, end)
+    touch = 1e-12 * max([1.0, *end])                  # (``fast_queues.TOUCH_RTOL``)
+    assert met == any(a != b and x == y and begin[a] <= begin[b] < end[a] - touch
+                      for a in range(len(messages)) for b in range(len(messages))
+                      for x, y in ((hs[a], hs[b]), (hd[a], hd[b])))
+    assert not NicState.meet(np.array([0, 0]), np.array([1, 2]), np.array([0.0, 2.0]),
+                             np.array([2.0, 3.0]))
+
+
 def test_events_at_one_instant_run_in_the_order_scheduled():
     """Rank 1 starts at t = 1 and rank 0's wait ends then: rank 1's start was scheduled
     first (before anything ran), so its message takes host 0's transmit direction first,

@@ -95,7 +95,10 @@ class NicState:
             return False
         tol = _touch(end)
         for hosts in (hs, hd):
-            order = np.lexsort((begin, hosts))
+            # (by host and start; of those starting at one instant the longest first, which
+            # meets every other there if any does: an empty message beside a longer one
+            # queues behind it in the DES when the longer asks first)
+            order = np.lexsort((-end, begin, hosts))
             h, b, e = hosts[order], begin[order], end[order]
             if np.any((h[1:] == h[:-1]) & (b[1:] < e[:-1] - tol)):
                 return True
