@@ -821,8 +821,8 @@ def _first_bucket_replayed(run: Run, blocks, algorithm: str, start, forward, bac
         return _tile(_allreduce(twin, [tail], algorithm, launch[:width], nbytes, fp16=fp16), p)
 
     try:
-        synced, comm, _ = _sync(run, [], algorithm, True, forward, backward_work, backward_end,
-                                a, allreduce=allreduce)
+        synced, comm, _ = _sync(run, blocks, algorithm, True, forward, backward_work,
+                                backward_end, a, allreduce=allreduce)
     except NotExact:
         return None
     _add_tiled(run, twin)
@@ -1734,9 +1734,9 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     ``tensors``: only the first so many tensors' all-reduces (or DDP buckets': backward goes
     on to its end, signalling every bucket), synchronised after them (with buckets: when
     each rank leaves the last of them), and no optimizer step (in the DES the next tensor
-    follows, not a job on the host's CPU beside its other ranks' last reductions).  The ranks due at one instant start in rank
-    order unless the run says it is not theirs (``Run.order_known``, ``hosts_in_order``: its
-    hosts stand for others)."""
+    follows, not a job on the host's CPU beside its other ranks' last reductions).  The
+    ranks due at one instant start in rank order unless the run says it is not theirs
+    (``Run.order_known``, ``hosts_in_order``: its hosts stand for others)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     sizes = ([b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes))[:tensors]

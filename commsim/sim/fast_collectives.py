@@ -875,10 +875,9 @@ class Schedule:
         """``_table``'s table for any size, built once: per row (by position, in the order
         each takes them) its kind, its two integers before the message numbers' offset, its
         work per byte (``fast_queues.ROW``'s columns, compact); where each position's rows
-        begin; the messages' columns (src, dst, latency,
-        bytes per byte of the collective, seconds a byte, tx and rx hosts); per step, its
-        phase (``added``'s ``phases``: its messages' numbers, the ranks that reduce and their
-        work per byte).
+        begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
+        seconds a byte, tx and rx hosts); per step, its phase (``added``'s ``phases``: its
+        messages' numbers, the ranks that reduce and their work per byte).
 
         Per step, its actions in the order a position takes them: a send's sender sends,
         then its receiver receives and reduces, message by message; in an exchange (or a
@@ -931,7 +930,8 @@ class Schedule:
             # position sends and receives the message back (its partner's, or its left's),
             # then reduces.
             if kind == _SEND:
-                acts = [(s.ravel(), fast_queues.SEND, ids, 0), (d.ravel(), fast_queues.RECV, ids, 0)]
+                acts = [(s.ravel(), fast_queues.SEND, ids, 0),
+                        (d.ravel(), fast_queues.RECV, ids, 0)]
                 reduces = d.ravel()
             else:
                 back = (ids.reshape(s.shape)[:, np.argsort(dst)] if kind == _SHIFT
