@@ -314,12 +314,29 @@ def test_crowded_nic_directions_are_the_same_both_ways(case):
               nics, **kw)
 
 
+def test_an_actions_table_gives_back_each_action():
+    """A ROW keeps an action's second integer and its seconds in one place (no kind has
+    both): a table made from actions gives each back, an exchange's message back beside a
+    reduction's seconds."""
+    actions = [(EXCHANGE, 3, 7), (GLOO, 0.25), (SEND, 5), (RECV, 6), (WAIT, 1.5),
+               (COMPUTE, 2.0), (fq.SIGNAL, 1), (fq.READY, 2), (MARK,), (EXCHANGE, 9, 2)]
+    kinds = [action[0] for action in actions]
+    timed = (GLOO, COMPUTE, WAIT)
+    table = fq.action_table(
+        kinds, [action[1] if len(action) > 1 and kind not in timed else 0
+                for kind, action in zip(kinds, actions)],
+        [action[2] if kind == EXCHANGE else 0 for kind, action in zip(kinds, actions)],
+        [action[1] if kind in timed else 0.0 for kind, action in zip(kinds, actions)])
+    assert fq.split_actions(table, [0, 4, len(actions)]) == [actions[:4], actions[4:]]
+
+
 def test_the_build_runs_these_actions_and_refuses_a_message_past_the_table():
     """The compiled loop is used only where it knows fast_queues' actions (a build older than
     ROWS is left for the Python loop), and an action naming a message that is not there is a
     ValueError, not a read past the arrays."""
     from commsim.sim import _replay
     assert fq._replay is _replay and _replay.ROWS == ROWS
+    assert _replay.ROW_BYTES == fq.ROW.itemsize == 16
     columns = [[0], [1], [0.5], [0.5], [-1], [-1]]
     table = fq.Messages()
     for bad in (1, -1):

@@ -41,7 +41,10 @@ typedef struct { double t; int64_t kind, a, b; } Event;
 typedef struct { double t; Event *v; int64_t n, cap; } Slot;
 typedef struct { double t; int64_t slot; } Instant;
 /* A row of an actions' table (``fast_queues.ROW``). */
-typedef struct { int64_t kind, a, b; double w; } Row;
+/* A row of an actions' table (``fast_queues.ROW``, 16 bytes): its action's kind, its first
+ * integer (a message or a bucket), and its second integer (an exchange's message back) or its
+ * seconds, whichever its kind has. */
+typedef struct { int32_t kind, a; union { int64_t b; double w; } u; } Row;
 typedef struct { double w, r; int64_t k; } Job;
 typedef struct { Job *v; int64_t n, cap; } Jobs;
 
@@ -766,7 +769,7 @@ static int run_rows(S *s, int64_t k, Py_ssize_t after, double t) {
         int more = r + 1 < end;
         s->pc[k] = more ? after - 1 : after;
         s->sub[k] = more ? r + 1 : -1;
-        int x = act(s, k, kind, row->a, row->b, row->w, NULL, t);
+        int x = act(s, k, kind, row->a, row->u.b, row->u.w, NULL, t);
         if (x) return x;
     }
     s->sub[k] = -1;
@@ -1315,5 +1318,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__replay(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "ROWS", ROWS) < 0) { Py_DECREF(m); return NULL; }
+    if (m && PyModule_AddIntConstant(m, "ROW_BYTES", (long)sizeof(Row)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

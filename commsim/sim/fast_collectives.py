@@ -852,13 +852,16 @@ class Schedule:
         shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
             else self._shaped()
         _, kinds, a, b, work_per_B, bounds, columns, steps = shape
+        if first + len(columns[0]) >= 2 ** 31:          # (``fast_queues.ROW``'s a)
+            raise NotExact("a replay of more than 2^31 messages")
         table = np.empty(kinds.size, dtype=fast_queues.ROW)
         table["kind"], table["a"], table["b"] = kinds, a, b
         if first:       # (message numbers: all but a reduction's a, an exchange's b)
             for name, where in (("a", kinds != fast_queues.GLOO),
                                 ("b", kinds == fast_queues.EXCHANGE)):
                 np.add(table[name], first, out=table[name], where=where)
-        np.multiply(work_per_B, nbytes, out=table["w"])
+        # (a reduction's seconds, in the place of the second integer it has not)
+        np.multiply(work_per_B, nbytes, out=table["w"], where=kinds == fast_queues.GLOO)
         src, dst, lat, mult, per_byte, hs, hd = columns
         size = mult * nbytes
         if phases is not None:

@@ -351,17 +351,27 @@ class SharedCpus:
         return cap
 
 
-# A row of an actions' table: the action's kind, its two integers (messages, a bucket), its
-# seconds; one record a row, so that the compiled loop reads a row from one place.
-ROW = np.dtype([("kind", np.int64), ("a", np.int64), ("b", np.int64), ("w", np.float64)])
+# A row of an actions' table: the action's kind, its first integer (a message, a bucket), and
+# its second integer (an exchange's message back) or its seconds, which share their place (no
+# kind has both); one 16-byte record a row, so that the compiled loop reads a row from one
+# place, and a replay of every rank at 65,536 ranks holds 4.3 million a bucket.
+ROW = np.dtype({"names": ["kind", "a", "b", "w"],
+                "formats": [np.int32, np.int32, np.int64, np.float64],
+                "offsets": [0, 4, 8, 8], "itemsize": 16})
 _NO_ROWS = np.zeros(0, ROW)
+# The kinds whose row holds seconds (``w``) where the others hold their second integer.
+_TIMED = (GLOO, COMPUTE, WAIT)
+if _replay is not None and getattr(_replay, "ROW_BYTES", None) != ROW.itemsize:
+    _replay = None          # (a build whose rows are another size: the Python loop runs)
 
 
 def action_table(kind, a, b, w) -> np.ndarray:
-    """An actions' table (``ROW`` records) from its four columns."""
-    table = np.empty(np.size(kind), dtype=ROW)
-    for name, column in zip(ROW.names, (kind, a, b, w)):
-        table[name] = column
+    """An actions' table (``ROW`` records) from its four columns (a row keeps ``w`` where its
+    kind takes seconds, ``b`` elsewhere)."""
+    kind = np.asarray(kind)
+    table = np.empty(kind.size, dtype=ROW)
+    table["kind"], table["a"], table["b"] = kind, a, b
+    np.copyto(table["w"], np.asarray(w, dtype=np.float64), where=np.isin(kind, _TIMED))
     return table
 
 
