@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -405,19 +406,42 @@ class Messages:
         self.row_count += table.size
         return first
 
-    def columns(self) -> list:
-        """The seven columns, each one array (joined a column at a time, each column's chunks
-        freed as it is joined: the replay's peak is one column over its messages)."""
-        for i, dtype in enumerate(self._TYPES):
-            chunks = self._chunks[i]
-            self._chunks[i] = [np.concatenate(chunks) if chunks else np.zeros(0, dtype)]
+    def columns(self) -> "_Columns":
+        """The seven columns, each one array, joined when first read (a column at a time, its
+        chunks freed as it is joined: the replay's peak is one column over its messages; the
+        compiled loop reads four of them unless the CPUs are shared)."""
+        return _Columns(self)
+
+    def column(self, i: int) -> np.ndarray:
+        """Column ``i`` as one array (its chunks joined, once)."""
+        chunks = self._chunks[i]
+        if len(chunks) != 1:
+            self._chunks[i] = [np.concatenate(chunks) if chunks
+                               else np.zeros(0, self._TYPES[i])]
             del chunks
-        return [chunk[0] for chunk in self._chunks]
+        return self._chunks[i][0]
 
     def rows(self) -> list:
         """The actions' table: its chunks as added, in order (a ROWS action's rows lie in
         one; not joined, which would copy the replay's largest array)."""
         return list(self._row_chunks)
+
+
+class _Columns(Sequence):
+    """``Messages.columns``: its seven columns, each joined when first read."""
+
+    def __init__(self, messages: Messages):
+        self._messages = messages
+
+    def __len__(self) -> int:
+        return len(Messages._TYPES)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self._messages.column(i % len(self))
 
 
 def columns_of(messages) -> list:
