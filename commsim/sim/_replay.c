@@ -83,13 +83,17 @@ typedef struct {
     int64_t pairs, together;
     int one_rate;
     /* state */
-    char *posted; int64_t *waiting_on, *pending; char *all_of; int64_t *pc; double *finish;
+    /* (per message: 32-bit processes and messages, a replay of every rank at 65,536 ranks
+     * holds millions of messages) */
+    char *posted; int32_t *waiting_on; int64_t *pending; char *all_of; int64_t *pc;
+    double *finish;
     int64_t *waits;                     /* key awaited, -1: none */
     int64_t *fired; int64_t fired_cap, fired_n;   /* open addressing, -1 empty */
     int64_t *spawned; int64_t sp_head, sp_tail, sp_cap;
     int64_t *latch; int64_t latch_n, latch_cap;
     Jobs *jobs; double *advanced; int64_t *timer;
-    int64_t *holder[2], *head[2], *tail[2], *next_wait;
+    int64_t *holder[2], *head[2], *tail[2];
+    int32_t *next_wait;
     double *requested[2], *newest_free[2];
     char *passed[2];
     double *quiet; char *has_quiet; int64_t quiet_n;
@@ -367,7 +371,7 @@ static int spawn(S *s, int64_t k) {
 static int grant(S *s, int d, int64_t h, double t) {
     if (s->holder[d][h] == NONE && s->head[d][h] >= 0) {
         int64_t m = s->head[d][h];
-        s->head[d][h] = s->next_wait[m];
+        s->head[d][h] = s->next_wait[m];          /* (-1: none) */
         if (s->head[d][h] < 0) s->tail[d][h] = -1;
         s->holder[d][h] = m;
         return push(s, t, d == 0 ? E_TX_GRANTED : E_RX_GRANTED, m, 0);
@@ -1106,6 +1110,10 @@ static PyObject *run(PyObject *self, PyObject *args) {
     Py_ssize_t n = b_start.len / sizeof(double), m = b_lat.len / sizeof(double);
     Py_ssize_t hosts = b_thr0.len / sizeof(double);
     s->n = n; s->m = m; s->hosts = hosts;
+    if (m >= INT32_MAX || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a replay of 2^31 messages or processes or more");
+        goto done;
+    }
     if (need(&b_host, n, 8, "host") < 0 || need(&b_busy, m, 8, "busy") < 0
             || need(&b_tx, m, 8, "tx") < 0 || need(&b_rx, m, 8, "rx") < 0
             || need(&b_thr1, hosts, 8, "threshold") < 0 || need(&b_quiet, hosts, 8, "quiet") < 0
