@@ -889,8 +889,8 @@ class Schedule:
         run, idx = self._run, self.idx
         rows, width = idx.shape
         flat = np.arange(rows * width).reshape(rows, width)
-        # Each step's rows go straight into the whole table's columns, compact (a position and
-        # a message number fit 32 bits; the table takes its integers as 64): at 65,536 ranks a
+        # Each step's rows go straight into the whole table's columns, compact (int8 kinds,
+        # positions and message numbers in 32 bits where they fit): at 65,536 ranks a
         # bucket's table is millions of rows, and its copies were most of a replay's memory.
         total = sent = 0
         for kind, src, dst, *_, work in self.steps:
