@@ -25,6 +25,7 @@ enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX
 
 #define NONE (-2)          /* a direction's holder: nobody */
 #define EARLIER (-1)       /* an earlier collective's message */
+#define STAND_IN (-2)      /* a message's host that stands in for one not replayed (a follower's) */
 #define REFUSE_ASK 1       /* a request at or before the earlier collective's last there */
 #define REFUSE_SETTLED 2   /* a host used before its last process left the earlier one */
 
@@ -99,6 +100,11 @@ typedef struct {
     double *quiet; char *has_quiet; int64_t quiet_n;
     PyObject *marks, *sequence;
     double *released_t; int64_t *released_order; int64_t released_n;
+    /* followers (``fast_queues.simulate``'s ``lead``): per message its leader (-1: none),
+     * when it started, was granted its transmit and its receive direction (or the leader's
+     * in its stead), and the followers waiting on its grants (FIFO lists) */
+    const int64_t *lead; double *t_start, *t_tx, *t_rx;
+    int32_t *wait_head[2], *wait_tail[2], *wait_next;
     int refused;
     /* processor sharing (``SharedCpus``), where given */
     PyObject *cpus;
@@ -409,9 +415,32 @@ static int request(S *s, int d, int64_t h, int64_t m, double t) {
     return 0;
 }
 
+static int cpu_message_s(S *s, int64_t what, double *out);
+
+/* A follower waits for its leader's grant of direction d (0: transmit, 1: receive). */
+static void follow(S *s, int d, int64_t f) {
+    int64_t l = s->lead[f];
+    s->wait_next[f] = -1;
+    if (s->wait_tail[d][l] >= 0) s->wait_next[s->wait_tail[d][l]] = (int32_t)f;
+    else s->wait_head[d][l] = (int32_t)f;
+    s->wait_tail[d][l] = (int32_t)f;
+}
+
+static inline int transmit(S *s, int64_t m, double t) {
+    double wire = s->busy[m];
+    if (s->cpus && cpu_message_s(s, m, &wire) < 0) return -1;
+    return push(s, t + wire, E_END, m, 0);
+}
+
 static int post(S *s, int64_t m, double t) {
     if (++s->posted[m] < 2) return 0;
-    if (s->tx[m] < 0) return push(s, t + (s->lat[m] + s->busy[m]), E_DELIVERED, m, 0);
+    if (s->lead) s->t_start[m] = t;
+    if (s->tx[m] == -1) return push(s, t + (s->lat[m] + s->busy[m]), E_DELIVERED, m, 0);
+    if (s->tx[m] == STAND_IN) {         /* its sender's direction is its leader's */
+        if (isnan(s->t_tx[s->lead[m]])) { follow(s, 0, m); return 0; }
+        s->t_tx[m] = t;
+        return request(s, 1, s->rx[m], m, t);
+    }
     return request(s, 0, s->tx[m], m, t);
 }
 
@@ -766,9 +795,17 @@ static int run_rows(S *s, int64_t k, Py_ssize_t after, double t) {
     for (int64_t r = s->sub[k]; r < end; r++) {
         const Row *row = &s->rows[k][r];
         long kind = (long)row->kind;
-        if (kind == ALL || kind == GHOST || kind == ROWS) {
+        if (kind == ALL || kind == ROWS) {
             PyErr_Format(PyExc_ValueError, "action %ld in the actions' table", kind);
             return -1;
+        }
+        if (kind == GHOST) {            /* (a row posts one side: ``row->a``'s) */
+            if (row->a < 0 || row->a >= s->m) {
+                PyErr_SetString(PyExc_ValueError, "an action's message is past the messages");
+                return -1;
+            }
+            if (post(s, row->a, t) < 0) return -1;
+            continue;
         }
         int more = r + 1 < end;
         s->pc[k] = more ? after - 1 : after;
@@ -917,27 +954,53 @@ static int loop(S *s) {
             if (on_timer(s, what, e.b, t) < 0) return -1;
             continue;
         case E_TX_GRANTED:
-            if (request(s, 1, s->rx[what], what, t) < 0) return -1;
+            if (!s->lead) {
+                if (request(s, 1, s->rx[what], what, t) < 0) return -1;
+                break;
+            }
+            s->t_tx[what] = t;
+            if (s->rx[what] != STAND_IN) {
+                if (request(s, 1, s->rx[what], what, t) < 0) return -1;
+            } else if (isnan(s->t_rx[s->lead[what]])) {   /* its receiver's is its leader's */
+                follow(s, 1, what);
+            } else {
+                s->t_rx[what] = t;
+                if (transmit(s, what, t) < 0) return -1;
+            }
+            for (int32_t f = s->wait_head[0][what]; f >= 0; f = s->wait_next[f]) {
+                s->t_tx[f] = t;
+                if (request(s, 1, s->rx[f], f, t) < 0) return -1;
+            }
+            s->wait_head[0][what] = s->wait_tail[0][what] = -1;
             break;
-        case E_RX_GRANTED: {
-            double wire = s->busy[what];
-            if (s->cpus && cpu_message_s(s, what, &wire) < 0) return -1;
-            if (push(s, t + wire, E_END, what, 0) < 0) return -1;
+        case E_RX_GRANTED:
+            if (transmit(s, what, t) < 0) return -1;
+            if (!s->lead) break;
+            s->t_rx[what] = t;
+            for (int32_t f = s->wait_head[1][what]; f >= 0; f = s->wait_next[f]) {
+                s->t_rx[f] = t;
+                if (transmit(s, f, t) < 0) return -1;
+            }
+            s->wait_head[1][what] = s->wait_tail[1][what] = -1;
             break;
-        }
         case E_DELIVERED:
             if (push(s, t, E_DONE, what, 0) < 0) return -1;
             break;
         case E_END: {
             /* release receive, then transmit; a release with nobody waiting is not an event */
+            /* (a follower holds only its own side's direction) */
             int64_t h = s->rx[what];
-            s->holder[1][h] = NONE;
-            s->newest_free[1][h] = t;
-            if (s->head[1][h] >= 0 && push(s, t, E_RX_RELEASED, h, 0) < 0) return -1;
+            if (h >= 0) {
+                s->holder[1][h] = NONE;
+                s->newest_free[1][h] = t;
+                if (s->head[1][h] >= 0 && push(s, t, E_RX_RELEASED, h, 0) < 0) return -1;
+            }
             h = s->tx[what];
-            s->holder[0][h] = NONE;
-            s->newest_free[0][h] = t;
-            if (s->head[0][h] >= 0 && push(s, t, E_TX_RELEASED, h, 0) < 0) return -1;
+            if (h >= 0) {
+                s->holder[0][h] = NONE;
+                s->newest_free[0][h] = t;
+                if (s->head[0][h] >= 0 && push(s, t, E_TX_RELEASED, h, 0) < 0) return -1;
+            }
             if (s->released_t) {
                 if (isnan(s->released_t[what])) s->released_order[s->released_n++] = what;
                 s->released_t[what] = t;
@@ -988,6 +1051,8 @@ static void release(S *s) {
         free(s->holder[d]); free(s->head[d]); free(s->tail[d]); free(s->passed[d]);
     }
     free(s->has_quiet); free(s->released_order);
+    for (int d = 0; d < 2; d++) { free(s->wait_head[d]); free(s->wait_tail[d]); }
+    free(s->wait_next);
     for (Py_ssize_t j = 0; j < s->nchunks; j++) PyBuffer_Release(&s->chunk_views[j]);
     free(s->chunk_views); free(s->chunk); free(s->chunk_first); free(s->rows);
     if (s->fast) {
@@ -1078,14 +1143,15 @@ static int need(Py_buffer *b, Py_ssize_t count, Py_ssize_t size, const char *nam
 static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer b_start, b_host, b_firsts, b_lat, b_busy, b_tx, b_rx, b_thr0, b_thr1, b_quiet,
         b_rd, b_rh, b_rt, b_req0, b_req1, b_free0, b_free1, b_rel, b_relo;
-    PyObject *programs, *sequence, *shared, *chunks;
+    Py_buffer b_lead = {0}, b_tstart = {0}, b_ttx = {0}, b_trx = {0};
+    PyObject *programs, *sequence, *shared, *chunks, *followers = Py_None;
     double gloo, compute_rate;
     long long pairs, together;
-    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOO",
+    if (!PyArg_ParseTuple(args, "y*y*y*Oy*y*y*y*ddLLy*y*y*y*y*y*w*w*w*w*w*w*OOO|O",
                           &b_start, &b_host, &b_firsts, &programs, &b_lat, &b_busy, &b_tx,
                           &b_rx, &gloo, &compute_rate, &pairs, &together, &b_thr0, &b_thr1,
                           &b_quiet, &b_rd, &b_rh, &b_rt, &b_req0, &b_req1, &b_free0,
-                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &chunks))
+                          &b_free1, &b_rel, &b_relo, &sequence, &shared, &chunks, &followers))
         return NULL;
     S st;
     memset(&st, 0, sizeof st);
@@ -1149,6 +1215,35 @@ static PyObject *run(PyObject *self, PyObject *args) {
         s->released_t = b_rel.buf;
         ZALLOC(s->released_order, m);
     }
+    /* followers: (lead, started, tx granted, rx granted), one each a message */
+    if (followers != Py_None) {
+        if (s->cpus) {
+            PyErr_SetString(PyExc_ValueError, "followers beside shared CPUs");
+            goto done;
+        }
+        if (!PyArg_ParseTuple(followers, "y*w*w*w*", &b_lead, &b_tstart, &b_ttx, &b_trx)) {
+            followers = Py_None;
+            goto done;
+        }
+        if (need(&b_lead, m, 8, "lead") < 0 || need(&b_tstart, m, 8, "started") < 0
+                || need(&b_ttx, m, 8, "granted") < 0 || need(&b_trx, m, 8, "granted") < 0)
+            goto done;
+        s->lead = b_lead.buf; s->t_start = b_tstart.buf; s->t_tx = b_ttx.buf;
+        s->t_rx = b_trx.buf;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int stands = s->tx[j] == STAND_IN || s->rx[j] == STAND_IN;
+            if (s->lead[j] >= m || (s->lead[j] >= 0) != stands
+                    || (s->tx[j] == STAND_IN && s->rx[j] == STAND_IN)) {
+                PyErr_SetString(PyExc_ValueError, "a follower without one stand-in side");
+                goto done;
+            }
+        }
+        for (int d = 0; d < 2; d++) {
+            ZALLOC(s->wait_head[d], m); ZALLOC(s->wait_tail[d], m);
+            for (Py_ssize_t j = 0; j < m; j++) s->wait_head[d][j] = s->wait_tail[d][j] = -1;
+        }
+        ZALLOC(s->wait_next, m);
+    }
     /* every host index must be within the NIC arrays */
     for (Py_ssize_t k = 0; k < n; k++)
         if (s->host[k] < 0 || s->host[k] >= hosts) {
@@ -1156,7 +1251,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
             goto done;
         }
     for (Py_ssize_t j = 0; j < m; j++)
-        if (s->tx[j] >= hosts || s->rx[j] >= hosts || (s->tx[j] >= 0) != (s->rx[j] >= 0)) {
+        if (s->tx[j] >= hosts || s->rx[j] >= hosts || s->tx[j] < STAND_IN || s->rx[j] < STAND_IN
+                || (s->tx[j] == -1) != (s->rx[j] == -1)
+                || (!s->lead && (s->tx[j] == STAND_IN || s->rx[j] == STAND_IN))) {
             PyErr_SetString(PyExc_ValueError, "a message's host is past the NIC arrays");
             goto done;
         }
@@ -1303,6 +1400,10 @@ done:
     PyBuffer_Release(&b_rt); PyBuffer_Release(&b_req0); PyBuffer_Release(&b_req1);
     PyBuffer_Release(&b_free0); PyBuffer_Release(&b_free1); PyBuffer_Release(&b_rel);
     PyBuffer_Release(&b_relo);
+    if (followers != Py_None) {
+        PyBuffer_Release(&b_lead); PyBuffer_Release(&b_tstart); PyBuffer_Release(&b_ttx);
+        PyBuffer_Release(&b_trx);
+    }
     if (shared != Py_None) {
         PyBuffer_Release(&b_cpu); PyBuffer_Release(&b_mult); PyBuffer_Release(&b_src);
         PyBuffer_Release(&b_dst); PyBuffer_Release(&b_bytes); PyBuffer_Release(&b_done);
@@ -1326,6 +1427,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__replay(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "ROWS", ROWS) < 0) { Py_DECREF(m); return NULL; }
+    if (m && PyModule_AddIntConstant(m, "STAND_IN", STAND_IN) < 0) { Py_DECREF(m); return NULL; }
     if (m && PyModule_AddIntConstant(m, "ROW_BYTES", (long)sizeof(Row)) < 0) {
         Py_DECREF(m);
         return NULL;

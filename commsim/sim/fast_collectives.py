@@ -192,6 +192,11 @@ class Run:
         # Where it is not: whether a host's ranks due at one instant still resume in rank order
         # among themselves (``fast._wave_buckets``): then only the hosts' order is checked.
         self.hosts_in_order = False
+        # Where some messages follow others (``fast_stand_ins``: a replay by class beside a
+        # slow link), a list of their leaders (per message, -1: none), one array per
+        # collective as its messages are made, and the three arrays that ``replay`` fills in
+        # (``fast_queues.simulate``'s ``lead`` and ``grants``); None: no follower.
+        self.lead = self.grants = None
         if self.shared_nics:
             self._tx_rank = np.full(c.hosts, -1, dtype=np.int64)
             self._rx_rank = np.full(c.hosts, -1, dtype=np.int64)
@@ -1021,7 +1026,15 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     c = run.spec.cluster
     pool = c.shared_cpu_cores is not None
 
+    lead = None
+    if run.lead is not None:
+        lead = np.concatenate(run.lead) if run.lead else np.zeros(0, dtype=np.int64)
+        if lead.size != len(messages[0]):
+            raise ValueError("one leader a message")
+
     def simulate(order, nics, released=None, sequence=None, ordered=None):
+        if lead is not None:
+            run.grants = tuple(np.full(lead.size, np.nan) for _ in range(3))
         cpus = None
         if run.sharing:
             cpus = fast_queues.SharedCpus(
@@ -1032,7 +1045,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,
                                     after_release=run.after_release, left=left,
-                                    owners=owners, ordered=ordered, rows=rows)
+                                    owners=owners, ordered=ordered, rows=rows, lead=lead,
+                                    grants=run.grants)
         if cpus is not None:
             run.compute_s = np.array([cpus.compute_s.get(k, 0.0) for k in range(count)])
             run.comm_s = np.array([cpus.comm_s.get(k, 0.0) for k in range(count)])
@@ -1159,16 +1173,35 @@ def _folded(sched: Schedule, blk: Block, gamma: float, average: bool, power_of_t
         sched.gloo(np.arange(width), gamma)
 
 
+def doubling_steps(algorithm: str, q: int, gamma: float) -> list:
+    """The exchanges of a doubling all-reduce among q survivors (a power of two), in order:
+    (distance to the partner, bytes sent per byte of the collective, reduction seconds per
+    byte after it).  Recursive doubling: the whole buffer with the survivor 2^k away, and
+    add, for k = 0, 1, ...; Rabenseifner: recursive halving (half the segment with the
+    survivor q/2, q/4, ... away, and add), then recursive doubling of the segments."""
+    if algorithm == "recursive_doubling":
+        return [(1 << k, 1.0, gamma) for k in range(q.bit_length() - 1)]
+    steps, seg, dist = [], 1.0, q // 2
+    while dist >= 1:
+        seg /= 2
+        steps.append((dist, seg, seg * gamma))
+        dist //= 2
+    dist = 1
+    while dist < q:
+        steps.append((dist, seg, 0.0))
+        seg *= 2
+        dist *= 2
+    return steps
+
+
 def recursive_doubling_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
     """``collectives.recursive_doubling_allreduce`` after the overhead: exchange the whole
     buffer with the survivor 2^k away and add, for k = 0, 1, ..."""
     gamma = run.costs.gamma_s_per_B
 
     def doubling(sched, survivors, q, partner):
-        mask = 1
-        while mask < q:
-            sched.exchange(survivors, partner(mask), work=gamma)
-            mask <<= 1
+        for dist, mult, work in doubling_steps("recursive_doubling", q, gamma):
+            sched.exchange(survivors, partner(dist), mult, work=work)
 
     return run.schedule(f"recursive_doubling {average}", blk,
                         lambda s: _folded(s, blk, gamma, average, doubling))
@@ -1181,16 +1214,8 @@ def rabenseifner_schedule(run: Run, blk: Block, average: bool = True) -> Schedul
     gamma = run.costs.gamma_s_per_B
 
     def halving_doubling(sched, survivors, q, partner):
-        seg, dist = 1.0, q // 2
-        while dist >= 1:
-            seg /= 2
-            sched.exchange(survivors, partner(dist), seg, work=seg * gamma)
-            dist //= 2
-        dist = 1
-        while dist < q:
-            sched.exchange(survivors, partner(dist), seg)
-            seg *= 2
-            dist *= 2
+        for dist, mult, work in doubling_steps("rabenseifner", q, gamma):
+            sched.exchange(survivors, partner(dist), mult, work=work)
 
     return run.schedule(f"rabenseifner {average}", blk,
                         lambda s: _folded(s, blk, gamma, average, halving_doubling))

@@ -52,7 +52,10 @@ _DUE_S = 1e-15
 # Actions of a rank's program.
 SEND, RECV, EXCHANGE, GLOO, WAIT, ENTER, EXIT, MARK, COMPUTE, SPAWN, SIGNAL, READY, JOIN, \
     TOGETHER, ALL, GHOST, ROWS = range(17)
-if _replay is not None and getattr(_replay, "ROWS", None) != ROWS:
+# A follower's host on the side that stands in for a host not replayed (``simulate``'s lead).
+STAND_IN = -2
+if _replay is not None and (getattr(_replay, "ROWS", None), getattr(_replay, "STAND_IN", None)) \
+        != (ROWS, STAND_IN):
     _replay = None          # (a build older than these actions: the Python loop runs)
 # Events.
 _RESUME, _TIMER, _TX_GRANTED, _RX_GRANTED, _END, _TX_RELEASED, _RX_RELEASED, _DELIVERED, \
@@ -458,8 +461,8 @@ def _action_tuples(rows) -> list:
     """Each row of an actions' table as its action's tuple."""
     kinds, a, b, w = (rows[name].tolist() for name in ROW.names)
     return [(k, w[r]) if k in (GLOO, COMPUTE, WAIT) else (k, a[r], b[r]) if k == EXCHANGE
-            else (k, a[r]) if k in (SEND, RECV, SIGNAL, READY) else (k,)
-            for r, k in enumerate(kinds)]
+            else (k, a[r]) if k in (SEND, RECV, SIGNAL, READY) else (k, (a[r],)) if k == GHOST
+            else (k,) for r, k in enumerate(kinds)]
 
 
 def split_actions(rows, bounds) -> list:
@@ -558,7 +561,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
              compute_rate: float = 1.0, together: int = 0, cpus: SharedCpus | None = None,
              released: dict | None = None, sequence: list | None = None,
              after_release: bool = False, left: list | None = None,
-             owners: list | None = None, ordered: list | None = None, rows=None):
+             owners: list | None = None, ordered: list | None = None, rows=None,
+             lead=None, grants=None):
     """When each process of the ranks ends (the DES's times, queues included), and its marks.
 
     Processes: one per rank, running its compute and collectives; or with ``pairs`` = n, as
@@ -582,9 +586,23 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                (GHOST, messages): post a side of each for ranks that are not replayed,
                which act as this process does (a class of ranks), and go on (nothing
                waits on those sides); (ROWS, first, end): the actions of those rows of
-               ``rows`` in turn (neither ALL nor GHOST).
+               ``rows`` in turn (not ALL; a GHOST row posts one side, its first integer's).
     messages:  (src, dst, latency, busy, tx host, rx host) per message, src and dst processes;
-               a host of -1 marks a message inside a host (no NIC: latency + busy).
+               a host of -1 marks a message inside a host (no NIC: latency + busy), and with
+               ``lead`` a host of ``STAND_IN`` a follower's side that stands in for a host
+               not replayed.
+    lead:      where given, per message its leader (-1: none): a follower (one side
+               ``STAND_IN``) stands for the messages of a class of ranks that are not replayed,
+               whose one host acts as its leader's does (``fast.py``'s replay by class
+               beside a slow link).  Its transmit side standing in: it asks for its receive
+               direction when its leader is granted its transmit direction (at once if that
+               was before); its receive side: once granted its own transmit direction, it
+               transmits when its leader is granted its receive direction.  It holds and
+               releases its own direction only.
+    grants:    with ``lead``, three arrays (one float a message, NaN before), filled in: when
+               each message started (both its sides posted), was granted its transmit and
+               its receive direction (a follower's stand-in side: its leader's grant as it
+               took it), for the caller to check that every follower acted as its leader.
     rows:      the actions' table of ROWS actions (``Messages.rows``: chunks of ``ROW``
                records, each action's rows in one).
     gloo:      the Gloo thread's rate: a reduction of w work seconds takes w / gloo.
@@ -628,11 +646,13 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
     transmits, releases both (each waiter granted in FIFO order) and is delivered a latency
     later; a rank waiting for its messages resumes when they all are delivered.
     """
+    if lead is not None and cpus is not None:
+        raise ValueError("followers beside shared CPUs")
     if _replay is not None and ordered is None and (cpus is None or cpus.unused()):
         return _compiled(start, order, host, programs, messages, gloo, nics, pairs=pairs,
                          compute_rate=compute_rate, together=together, cpus=cpus,
                          released=released, sequence=sequence, after_release=after_release,
-                         left=left, rows=rows)
+                         left=left, rows=rows, lead=lead, grants=grants)
     if rows is not None:
         programs = _with_rows(programs, rows)
     # (lists: this loop reads a message's fields one at a time)
@@ -758,16 +778,55 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
             direction.holder = m
             push(t, _TX_GRANTED if d == 0 else _RX_GRANTED, m)
 
+    # Followers (``lead``): per leader and direction, those waiting on its grant, in order.
+    if lead is not None:
+        lead = lead.tolist() if isinstance(lead, np.ndarray) else list(lead)
+        started, tx_at, rx_at = grants
+    following = ({}, {})
+
     def post(m, t):
         if checking:
             touch(m, t)
         posted[m] += 1
         if posted[m] < 2:
             return
-        if tx_host[m] < 0:
+        if lead is not None:
+            started[m] = t
+        if tx_host[m] == -1:
             push(t + (lat[m] + busy[m]), _DELIVERED, m)     # as the DES adds them
+        elif tx_host[m] == STAND_IN:           # its sender's direction is its leader's
+            if np.isnan(tx_at[lead[m]]):
+                following[0].setdefault(lead[m], []).append(m)
+            else:
+                tx_at[m] = t
+                request(1, rx_host[m], m, t)
         else:
             request(0, tx_host[m], m, t)
+
+    def granted(m, t):
+        """A message granted its transmit direction, with followers: it asks for its receive
+        direction, or (its receive side standing in) waits for its leader's; its followers
+        waiting on this grant ask for theirs."""
+        tx_at[m] = t
+        if rx_host[m] != STAND_IN:
+            request(1, rx_host[m], m, t)
+        elif np.isnan(rx_at[lead[m]]):         # its receiver's direction is its leader's
+            following[1].setdefault(lead[m], []).append(m)
+        else:
+            rx_at[m] = t
+            transmit(m, t)
+        for f in following[0].pop(m, ()):
+            tx_at[f] = t
+            request(1, rx_host[f], f, t)
+
+    def transmit(m, t):
+        if cpus is None:
+            push(t + busy[m], _END, m)
+        else:
+            if checking:                       # (the caps at both ends' loads)
+                touch(("cpu", cpus.cpu[src[m]]), t)
+                touch(("cpu", cpus.cpu[dst[m]]), t)
+            push(t + cpus.message_s(src[m], dst[m], nbytes[m], busy[m]), _END, m)
 
     def advance(h, t):
         """``ProcessorSharingCPU._advance``: host h's jobs' work taken off to t."""
@@ -953,7 +1012,10 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                     bucket.append((_RESUME, job[2], root))
                 reschedule(h, t)
             elif kind == _TX_GRANTED:                  # hold the transmit side, ask the receive
-                request(1, rx_host[what], what, t)
+                if lead is None:
+                    request(1, rx_host[what], what, t)
+                else:
+                    granted(what, t)
             elif kind == _RX_GRANTED:
                 if cpus is None:
                     end = t + busy[what]           # (``push`` inline, as below)
@@ -963,32 +1025,36 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                         heappush(instants, end)
                     later.append((_END, what, root))
                 else:
-                    if checking:                       # (the caps at both ends' loads)
-                        touch(("cpu", cpus.cpu[src[what]]), t)
-                        touch(("cpu", cpus.cpu[dst[what]]), t)
-                    push(t + cpus.message_s(src[what], dst[what], nbytes[what], busy[what]),
-                         _END, what)
+                    transmit(what, t)
+                if lead is not None:
+                    rx_at[what] = t
+                    for f in following[1].pop(what, ()):
+                        rx_at[f] = t
+                        transmit(f, t)
             elif kind == _DELIVERED:                   # the send's event, then the receive's
                 bucket.append((_DONE, what, root))
             elif kind == _END:                         # release receive, then transmit
                 # A release's event grants the direction's first waiter; with none waiting
                 # now it has nothing to do (a request before it finds the direction free and
                 # takes it at once), so it is not scheduled.
+                # (a follower holds only its own side's direction)
                 h = rx_host[what]
                 if checking:
                     touch((1, h), t)
                     touch((0, tx_host[what]), t)
-                direction = rx_directions[h]
-                direction.holder = None
-                rx_freed[h] = t
-                if direction.waiting:
-                    bucket.append((_RX_RELEASED, h, root))
+                if h >= 0:
+                    direction = rx_directions[h]
+                    direction.holder = None
+                    rx_freed[h] = t
+                    if direction.waiting:
+                        bucket.append((_RX_RELEASED, h, root))
                 h = tx_host[what]
-                direction = tx_directions[h]
-                direction.holder = None
-                tx_freed[h] = t
-                if direction.waiting:
-                    bucket.append((_TX_RELEASED, h, root))
+                if h >= 0:
+                    direction = tx_directions[h]
+                    direction.holder = None
+                    tx_freed[h] = t
+                    if direction.waiting:
+                        bucket.append((_TX_RELEASED, h, root))
                 if released is not None:
                     released[what] = t
                 end = t + lat[what]
@@ -1034,7 +1100,7 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
 def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, pairs: int,
               compute_rate: float, together: int, cpus: SharedCpus | None,
               released: dict | None, sequence: list | None, after_release: bool,
-              left: list | None, rows=None):
+              left: list | None, rows=None, lead=None, grants=None):
     """``simulate`` without the order note, its event loop compiled (``_replay.c``): the
     same arguments and answer, and ``cpus`` left as the Python loop leaves it.  Here the
     arrays the loop reads are made: the NIC directions' earlier state per host, the releases
@@ -1069,7 +1135,8 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         int(together), *(np.ascontiguousarray(x, dtype=np.float64) for x in threshold), quiet,
         np.array(d_rel, dtype=np.int64), np.array(h_rel, dtype=np.int64),
         np.array(t_rel, dtype=np.float64), *mine, released_t, released_order,
-        sequence, shared, [np.ascontiguousarray(chunk, dtype=ROW) for chunk in rows or ()])
+        sequence, shared, [np.ascontiguousarray(chunk, dtype=ROW) for chunk in rows or ()],
+        None if lead is None else (np.ascontiguousarray(lead, dtype=np.int64), *grants))
     if state is not None:
         cpus.adopt(*state)
     if refused:
