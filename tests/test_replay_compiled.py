@@ -55,6 +55,10 @@ def both_ways(simulate, seen, start, order, host, programs, messages, gloo, nics
     assert want[1] == got[1]
     for key in ("sequence", "released"):
         assert copies[7].get(key) == kw.get(key)
+    if kw.get("grants") is not None:        # (followers: when each started and was granted)
+        for theirs, mine in zip(copies[7]["grants"], kw["grants"]):
+            np.testing.assert_array_equal(theirs, mine)
+        seen["followers"] += 1
     for theirs, mine in zip(copies[6].free + copies[6].requested, nics.free + nics.requested):
         np.testing.assert_array_equal(theirs, mine)
     if kw.get("cpus") is not None:          # the CPUs as the Python loop leaves them
@@ -99,7 +103,8 @@ CASES = [("ddp", 3, 2, dict(algorithm="recursive_doubling")),
          ("ddp", 3, 2, dict(algorithm="rabenseifner", broadcast_buffers=False)),
          ("ring", 5, 2, dict(algorithm="recursive_doubling", stragglers={1: 1.5})),
          ("ring", 4, 2, dict(algorithm="rabenseifner", slow_links_Bps={1: 30e6})),
-         ("dp", 2, 2, {})]
+         ("dp", 2, 2, {}),
+         ("ring", 16, 2, dict(algorithm="rabenseifner", slow_links_Bps={5: 5e6}))]
 
 
 def test_the_fast_engine_s_replays_are_the_same_both_ways(seen):
@@ -109,8 +114,9 @@ def test_the_fast_engine_s_replays_are_the_same_both_ways(seen):
                     engine="fast")
         except UserError:
             pass
-    # every action but GHOST (only in replays by class: below), rows of a table, and a refusal
-    assert set(seen) >= set(range(GHOST)) | {ROWS, "refused", "calls"}, seen
+    # every action (GHOST: the stand-ins' sides beside a slow link, as rows), rows of a
+    # table, followers, and a refusal
+    assert set(seen) >= set(range(GHOST + 1)) | {ROWS, "refused", "calls", "followers"}, seen
 
 
 # The DES's processor sharing (``SharedCpus``): crowded hosts out of step (each host's jobs

@@ -135,11 +135,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from commsim.costs import CostInputs, cpu_load, job_rate
-from commsim.sim import fast_classes, fast_lockstep, fast_queues, fast_runs
+from commsim.sim import fast_classes, fast_lockstep, fast_queues, fast_runs, fast_stand_ins
 from commsim.sim.engine import finished
 from commsim.sim.fast_collectives import (ALLREDUCE, SCHEDULES, Block, NotExact, Replay, Run,
                                           binomial_broadcast, binomial_broadcast_schedule,
-                                          cpu_of, efficiency_at,
+                                          cpu_of, doubling_steps, efficiency_at,
                                           sharing_rate,
                                           binomial_gather_mean_scatter,
                                           binomial_gather_scatter_schedules, cpu_rate,
@@ -602,6 +602,8 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
                 by_class = by_class or by_bucket(spec, costs, algorithm, forward,
                                                  backward_work, backward_end, a)
             if by_class is None and buckets:
+                by_class = _slow_link_stand_ins(Run(spec, costs, ranks), algorithm, True, start)
+            if by_class is None and buckets:
                 by_class = _first_bucket_replayed(Run(spec, costs, ranks), blocks, algorithm,
                                                   start, forward, backward_work, backward_end, a)
             if by_class is None:
@@ -741,7 +743,8 @@ def _replayed_then_alike(run: Run, blocks, algorithm: str, buckets: bool, start)
     tail = None if buckets or len(costs.param_bytes) < 2 else _alike_block(spec, algorithm)
     if tail is None:
         if not buckets:
-            by_class = _slow_link_by_tensor(run, blocks, algorithm, start)
+            by_class = (_slow_link_by_tensor(run, blocks, algorithm, start)
+                        or _slow_link_stand_ins(run, algorithm, False, start))
             if by_class is not None:
                 return by_class
             return _tensor_by_tensor(run, blocks, algorithm, start)
@@ -1668,6 +1671,72 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     return ends, directions, ends - launched
 
 
+# How many times a replay by class beside a slow link splits the classes that acted apart
+# and replays again (``_slow_link_stand_ins``) before every rank is replayed instead.
+_REFINEMENTS = 4
+
+
+def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
+    """``_sync_replayed``'s answer (``run``, every rank, with its bytes counted; when each rank
+    is synchronised; its time in the collectives) where a doubling all-reduce over a power of
+    two of hosts, several ranks a host, goes by class beside one slow link
+    (``fast_stand_ins``): the whole iteration (every tensor, or DDP's buckets beside backward)
+    replayed on one host a class, stand-ins for the hosts each meets that are not replayed;
+    None where that does not apply or the classes part.
+
+    The buckets cannot be replayed one at a time by class as recursive doubling's are
+    (``_slow_link_buckets``): Rabenseifner's halving starts between hosts, so a host's first
+    rank to leave a bucket asks for its NIC while its other rank's last message still holds
+    it.  A replay of all of them at once holds that, and the classes are few (121 host
+    timelines at 32,768 hosts)."""
+    spec, costs = run.spec, run.costs
+    c = spec.cluster
+    p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
+    slow = c.slow_links_Bps or {}
+    if (algorithm not in ("recursive_doubling", "rabenseifner") or len(slow) != 1
+            or spec.stragglers or (spec.group_size or p) != p or rph < 2 or rph & (rph - 1)
+            or hosts & (hosts - 1) or hosts < 4 or run.ranks.size != p
+            or run.sharing or run.r < run.a):
+        return None
+    h0, = slow
+    cls = fast_stand_ins.classes(hosts, h0)
+    steps = doubling_steps(algorithm, p, costs.gamma_s_per_B)
+    for _ in range(_REFINEMENTS + 1):
+        reps = np.unique(cls, return_index=True)[1]
+        if reps.size == hosts:               # (a class a host: replay every rank instead)
+            return None
+        ranks = (reps[:, None] * rph + np.arange(rph)).reshape(-1)
+        quotient = Run(spec, costs, ranks)
+        plan = fast_stand_ins.plan(quotient, cls, steps)
+        if plan is None:
+            return None
+        leads, parts = [], []
+
+        def bodies(nbytes, messages, average):
+            return fast_stand_ins.added(plan, nbytes, messages, leads, parts, average)
+
+        # (the broadcast of DDP's buffers, if any, is over before: every class starts after
+        # it, a host's ranks in rank order, as the binomial tree reaches them)
+        quotient.lead = leads
+        quotient.hosts_in_order = True
+        try:
+            synced, comm, _ = _sync_replayed(quotient, [], algorithm, buckets, start[ranks],
+                                             bodies=bodies)
+        except NotExact:
+            return None
+        apart = fast_stand_ins.parted(quotient.grants, np.concatenate(leads))
+        if apart.size == 0:
+            break
+        cls = fast_stand_ins.refined(cls, np.concatenate(parts, axis=1)[:, apart])
+    else:
+        return None
+    sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
+    _account_alike(run, Block(np.arange(2 * rph)[None], p, alike=True), algorithm, sizes,
+                   buckets and spec.compression == "fp16")
+    at = (cls[np.arange(p) // rph] * rph + np.arange(p) % rph)
+    return run, synced[at], comm[at]
+
+
 def _account_alike(run: Run, tail: Block, algorithm: str, sizes, fp16: bool) -> None:
     """Adds to ``run`` (every rank) the bytes of a doubling all-reduce of each of ``sizes``
     (halved with ``fp16``), as every rank of a uniform cluster sends and receives them: those
@@ -1715,7 +1784,7 @@ def _alike_state(run: Run, synced, width: int):
 
 
 def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadcast,
-                   tensors: int | None = None):
+                   tensors: int | None = None, bodies=None):
     """``_sync`` where messages queue on a NIC: every rank's processes as the DES runs them,
     from the start of the iteration (whose CPU events order the ranks that reach a collective
     at one instant), replayed through the NIC queues and the hosts' CPUs
@@ -1736,12 +1805,14 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
     each rank leaves the last of them), and no optimizer step (in the DES the next tensor
     follows, not a job on the host's CPU beside its other ranks' last reductions).  The
     ranks due at one instant start in rank order unless the run says it is not theirs
-    (``Run.order_known``, ``hosts_in_order``: its hosts stand for others)."""
+    (``Run.order_known``, ``hosts_in_order``: its hosts stand for others).  ``bodies``: the
+    all-reduces' steps by other means than ``blocks`` (``_collective_programs``)."""
     spec, costs = run.spec, run.costs
     n = run.ranks.size
     sizes = ([b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes))[:tensors]
     messages = fast_queues.Messages()
-    collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages)
+    collectives = _collective_programs(run, blocks, algorithm, sizes, buckets, messages,
+                                       bodies)
     alike = bool(blocks) and blocks[0].alike       # (one rank: no collective, no block)
     computes, begin, known = _compute_programs(run, buckets, messages, alike, after_broadcast)
     backward = {}           # (per compute factor: a few, for every rank of a large world)
@@ -1775,14 +1846,17 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
 
 
 def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
-                         messages) -> list:
+                         messages, bodies=None) -> list:
     """Per rank, its all-reduces of ``sizes`` one after another as ``_sync_replayed`` replays
     them (each between a mark at its launch and one at its end; DDP's each after its bucket is
     ready, with fp16 the casts around it), their messages appended to ``messages``, their
-    bytes counted; declined where they would not fit in memory."""
+    bytes counted; declined where they would not fit in memory.  ``bodies(nbytes, messages,
+    average)``, where given, makes each rank's steps of one all-reduce instead of
+    ``blocks`` (its bytes not counted: the caller counts them)."""
     costs = run.costs
     fp16 = buckets and run.spec.compression == "fp16"
-    _fits_in_memory(len(sizes) * _replayed_messages(run.spec, algorithm, blocks))
+    if bodies is None:
+        _fits_in_memory(len(sizes) * _replayed_messages(run.spec, algorithm, blocks))
     collectives = [[] for _ in range(run.ranks.size)]
     overhead = costs.overhead("all_reduce")
     # (the actions alike in every rank's program are one tuple each, shared: a replay of
@@ -1795,7 +1869,11 @@ def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
             program += launch
         cast = [(fast_queues.GLOO, nbytes * costs.gamma_s_per_B)] if fp16 else []
         before, after = [enter, *cast, (fast_queues.WAIT, overhead)], [*cast, leave]
-        for blk in blocks:
+        if bodies is not None:
+            for program, body in zip(collectives, bodies(nbytes / 2 if fp16 else nbytes,
+                                                         messages, not fp16)):
+                program += [*before, *body, *after]
+        for blk in blocks if bodies is None else ():
             if blk.size <= 1:
                 continue
             sched = SCHEDULES[algorithm](run, blk, average=not fp16)

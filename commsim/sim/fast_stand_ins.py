@@ -1,0 +1,286 @@
+"""Doubling all-reduces beside one slow link replayed by class, with stand-ins, for the fast
+engine.
+
+Recursive doubling and Rabenseifner over a power of two of hosts, several ranks a host, with
+one host h0 behind a slow link: hosts stand in classes by z = h ^ h0, mostly by the highest
+and the lowest set bit of z (``docs/model.md``; read off whole replays at 256-4,096 ranks):
+n(n + 1)/2 + 1 classes over 2^n hosts, 121 at 32,768.  A replay of every rank is millions of
+messages there (seconds); one host a class is a few hundred ranks.  But the classes do not
+pair off: at the step flipping host bit k, the hosts of the class whose highest bit is k (or
+whose lowest is) meet hosts of several classes, alike at that step and apart at others, so one
+host of a class cannot exchange with one host of each (counting real hosts whose partners are
+real hosts too needs 2^(k - l) hosts a class).  Stand-ins do instead:
+
+1. Classes (``classes``): per host, its class by (highest, lowest) set bit of z (0: h0).
+2. The plan (``plan``): at each step between hosts, each class's host exchanges with the host
+   of its model, one of the classes its hosts meet (``_models``): itself where its hosts meet
+   one another (one message, leaving its transmit direction and entering its receive
+   direction, a partner's that acts alike); a class that pairs off with it (each the other's
+   model); else a stand-in for the model's host: its message to it holds its own transmit
+   direction and takes the model's receive direction as the model's message in does, and the
+   stand-in's message to it takes the model's transmit direction as the model's message out
+   does and holds its own receive direction (``fast_queues.simulate``'s followers,
+   ``STAND_IN``); the model's ranks post the stand-in's sides (``fast_queues.GHOST``) as they
+   post their own.  The replay (``fast._slow_link_stand_ins``): every tensor or DDP bucket at
+   once (``added``), one host a class.
+3. The check (``parted``, after the replay): every follower started and was granted its
+   directions at its leader's instants, so every real message acts as its class's and each
+   class's hosts as its replayed host.  A follower that acted apart shows which hosts act apart
+   from their class's: those of the model's class that meet the follower's class at that bit,
+   which are split off (``refined``) and the whole replayed again, a few times; otherwise the
+   caller replays every rank.  (At 32,768 hosts a ring of VGG-11's tensors splits the hosts
+   that met, in the last halving steps, the host the slow host delayed first: three rounds.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from commsim.sim import fast_queues
+
+
+def _bits(v) -> tuple[np.ndarray, np.ndarray]:
+    """Per value (> 0), its highest and its lowest set bit."""
+    high = np.zeros(v.shape, dtype=np.int64)
+    rest = v.copy()
+    while np.any(rest > 1):
+        more = rest > 1
+        high[more] += 1
+        rest[more] >>= 1
+    low = np.log2(v & -v).astype(np.int64)
+    return high, low
+
+
+def classes(hosts: int, h0: int) -> np.ndarray:
+    """Per host, its class beside the slow host h0: 0 for h0, then by (highest, lowest set
+    bit) of z = h ^ h0 (highest j, lowest i: j(j + 1)/2 + i, numbered from 1 densely)."""
+    z = np.arange(hosts, dtype=np.int64) ^ h0
+    out = np.zeros(hosts, dtype=np.int64)
+    some = z > 0
+    high, low = _bits(z[some])
+    out[some] = 1 + high * (high + 1) // 2 + low
+    return np.unique(out, return_inverse=True)[1].astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One doubling all-reduce replayed on one host a class.
+
+    hosts:     per class, its replayed host (its first).
+    messages:  per step, its messages' columns (src, dst, bytes per byte of the collective,
+               latency, seconds a byte, tx host, rx host, leader), src and dst as positions
+               (class x ranks a host + rank), leaders as ids within the step (-1: none).
+    parts:     per step, per message, the class a follower stands in for and the class of the
+               host it leaves or enters, and the host bit the step flips (-1 for a message
+               that follows nothing): where it does not act as its leader, the hosts of the
+               first class that meet the second act apart from the class's replayed host.
+    rows:      the actions of every position (``fast_queues.ROW``'s columns: kind, first
+               and second integer, reduction seconds per byte of the collective), position by
+               position, message ids counted from the collective's first: per step a GHOST
+               row for each stand-in side it posts, its EXCHANGE (sent, received), its
+               reduction; the divide last (dropped without ``average``).
+    bounds:    where each position's rows begin (and the end).
+    """
+    hosts: np.ndarray
+    messages: list
+    parts: list
+    rows: tuple
+    bounds: np.ndarray
+
+
+def plan(run, cls, steps: list) -> Plan | None:
+    """The ``Plan`` of an all-reduce of ``steps`` (``fast_collectives.doubling_steps``) over
+    every rank of ``run``'s world (a power of two of hosts, several ranks each) by the classes
+    ``cls`` (per host, 0 .. count - 1), replayed on each class's first host; None where a
+    follower's link is not its leader's."""
+    rph, hosts = run.rph, cls.size
+    reps = np.unique(cls, return_index=True)[1].astype(np.int64)
+    width = reps.size * rph
+    every = np.arange(hosts)
+    all_messages, all_parts = [], []
+    programs = [[] for _ in range(width)]       # per position: (kind, a, b, seconds per B)
+    first = 0
+    for dist, mult, work in steps:
+        actions = [[] for _ in range(width)]
+        if dist < rph:                           # inside a host: each rank with its mate's
+            pos = np.arange(width)
+            mate = pos ^ dist
+            ranks = reps[pos // rph] * rph + pos % rph
+            lat, per_byte, _ = run.link(ranks, ranks ^ dist, "all_reduce")
+            none = np.full(width, -1)
+            cols = [pos, mate, np.full(width, mult), lat, per_byte, none, none, none]
+            parts = np.stack([none, none, none])
+            for k in range(width):
+                actions[k].append((fast_queues.EXCHANGE, k, int(mate[k])))
+        else:
+            k = (dist // rph).bit_length() - 1
+            met = np.unique(cls * reps.size + cls[every ^ (1 << k)])   # (class, partner's)
+            meets: dict = {}
+            for a, b in zip((met // reps.size).tolist(), (met % reps.size).tolist()):
+                meets.setdefault(a, []).append(b)
+            step = _step(run, reps, meets, k, mult, actions)
+            if step is None:
+                return None
+            cols, parts = step
+        all_messages.append(cols)
+        all_parts.append(parts)
+        for program, mine in zip(programs, actions):
+            for action in mine:
+                if action[0] == fast_queues.GHOST:
+                    program += [(fast_queues.GHOST, first + m, 0, 0.0) for m in action[1]]
+                else:
+                    program.append((action[0], first + action[1], first + action[2], 0.0))
+            if work:
+                program.append((fast_queues.GLOO, 0, 0, work))
+        first += cols[0].size
+    for program in programs:
+        program.append((fast_queues.GLOO, 0, 0, run.costs.gamma_s_per_B))
+    bounds = np.zeros(width + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in programs], out=bounds[1:])
+    flat = [row for program in programs for row in program]
+    rows = tuple(np.array([row[i] for row in flat], dtype=dtype)
+                 for i, dtype in enumerate((np.int32, np.int64, np.int64, np.float64)))
+    return Plan(reps, all_messages, all_parts, rows, bounds)
+
+
+def _models(meets: dict) -> dict:
+    """Per class, the class whose host its host exchanges with at a step (its model): itself
+    where its hosts meet one another, else a class that meets it where they pair off (each
+    the other's model), else the first class it meets (a stand-in for that class's host)."""
+    model = {a: a for a, theirs in meets.items() if a in theirs}
+    for a, theirs in meets.items():
+        if a not in model:
+            b = next((b for b in theirs if b not in model and a in meets[b]), None)
+            if b is not None:
+                model[a], model[b] = b, a
+    for a, theirs in meets.items():
+        model.setdefault(a, theirs[0])
+    return model
+
+
+def _step(run, reps, meets: dict, k: int, mult: float, actions: list):
+    """One step between hosts (flipping host bit k): its messages' columns and parts, each
+    position's actions appended; None where a follower's link is not its leader's.
+
+    Each class's host exchanges with its model's (``_models``): with itself (one message,
+    leaving its transmit direction and entering its receive direction: a partner that acts
+    alike), with a class that pairs off with it (one message each way), or with a stand-in
+    for its model's host: its message to it follows the model's message in (whose receive
+    direction it takes), the stand-in's message to it follows the model's message out (whose
+    transmit direction it takes), and the model's ranks post the stand-in's sides."""
+    rph = run.rph
+    model = _models(meets)
+    order = sorted(meets)
+    stand_in = fast_queues.STAND_IN
+    # (classes that pair off: the link between their hosts must be each one's own partner's)
+    pairs = np.array([(a, model[a]) for a in order if a < model[a] and model[model[a]] == a],
+                     dtype=np.int64).reshape(-1, 2)
+
+    columns = [[] for _ in range(10)]      # src, dst, lat, per byte, tx, rx, lead, parts (3)
+    for r in range(rph):
+        ranks = reps * rph + r
+        lat, per_byte, _ = run.link(ranks, ranks ^ (rph << k), "all_reduce")
+        real = list(zip(lat.tolist(), per_byte.tolist()))       # (to its own partner)
+        lat, per_byte, _ = run.link(ranks[pairs[:, 0]], ranks[pairs[:, 1]], "all_reduce")
+        for (a, b), x, y in zip(pairs.tolist(), lat.tolist(), per_byte.tolist()):
+            if not (x, y) == real[a] == real[b]:
+                return None
+        out, back = {}, {}                       # per class, its message to and from its model
+        rows = []                                # (src class, dst class, tx, rx, own, model)
+        for a in order:
+            b = model[a]
+            if b == a:
+                out[a] = back[a] = len(rows)
+                rows.append((a, a, int(reps[a]), int(reps[a]), a, a))
+            elif model[b] == a:
+                if a < b:
+                    out[a] = back[b] = len(rows)
+                    rows.append((a, b, int(reps[a]), int(reps[b]), a, b))
+                    out[b] = back[a] = len(rows)
+                    rows.append((b, a, int(reps[b]), int(reps[a]), b, a))
+            else:
+                out[a] = len(rows)
+                rows.append((a, b, int(reps[a]), stand_in, a, b))
+                back[a] = len(rows)
+                rows.append((b, a, stand_in, int(reps[a]), a, b))
+        first = len(columns[0])
+        ghosts: dict = {}
+        for i, (src, dst, tx, rx, own, of) in enumerate(rows):
+            lead = -1
+            if tx == stand_in:                   # (from the stand-in: as the model's out)
+                lead = out[of]
+            elif rx == stand_in:                 # (to the stand-in: as the model's in)
+                lead = back[of]
+            lat, per_byte = real[own]
+            if lead >= 0:
+                leader = rows[lead]
+                if real[leader[4]] != (lat, per_byte):
+                    return None
+                ghosts.setdefault(of, []).append(first + i)
+            follows = lead >= 0
+            for column, value in zip(columns, (
+                    src * rph + r, dst * rph + r, lat, per_byte, tx, rx,
+                    first + lead if follows else -1, of if follows else -1,
+                    own if follows else -1, k if follows else -1)):
+                column.append(value)
+        for a in order:
+            mine = actions[a * rph + r]
+            if a in ghosts:
+                mine.append((fast_queues.GHOST, tuple(ghosts[a])))
+            mine.append((fast_queues.EXCHANGE, first + out[a], first + back[a]))
+    src, dst, lat, per_byte, tx, rx, lead, *parts = (np.array(x) for x in columns)
+    return ([src.astype(np.int64), dst.astype(np.int64), np.full(src.size, mult),
+             lat.astype(float), per_byte.astype(float), tx.astype(np.int64),
+             rx.astype(np.int64), lead.astype(np.int64)], np.stack(parts).astype(np.int64))
+
+
+def added(p: Plan, nbytes: float, messages, leads: list, parts: list, average: bool) -> list:
+    """The all-reduce of ``nbytes`` as each position's actions (``fast_queues`` programs: a
+    ROWS action each, on rows added to ``messages``' table; the divide after the steps where
+    ``average``), its messages added to ``messages`` (a ``fast_queues.Messages``), their
+    leaders (by id, -1: none) to ``leads`` and their parts (``Plan.parts``) to ``parts``:
+    in the arithmetic ``Schedule.added`` takes (bytes mult x n, then seconds a byte; work x n)."""
+    first = messages.count
+    for cols, step_parts in zip(p.messages, p.parts):
+        src, dst, mult, lat, per_byte, tx, rx, lead = cols
+        size = mult * nbytes
+        at = messages.add([src, dst, lat, size * per_byte, tx, rx, size])
+        leads.append(np.where(lead >= 0, lead + at, -1))
+        parts.append(step_parts)
+    kinds, a, b, work = p.rows
+    bounds = p.bounds
+    keep = np.ones(kinds.size, dtype=bool)
+    if not average:                              # (each position's last row: the divide)
+        keep[bounds[1:] - 1] = False
+        bounds = bounds - np.arange(bounds.size)
+    table = fast_queues.action_table(kinds[keep], a[keep] + np.where(
+        kinds[keep] == fast_queues.GLOO, 0, first), b[keep] + np.where(
+        kinds[keep] == fast_queues.EXCHANGE, first, 0), work[keep] * nbytes)
+    at = messages.add_rows(table)
+    lo, hi = (at + bounds[:-1]).tolist(), (at + bounds[1:]).tolist()
+    return [[(fast_queues.ROWS, x, y)] for x, y in zip(lo, hi)]
+
+
+def parted(grants, lead) -> np.ndarray:
+    """The followers that did not act as their leaders (the module's 3.): each must start
+    (both sides posted), be granted its transmit direction (its own, or its leader's grant as
+    it took it where that side stands in) and its receive direction at its leader's instants.
+    (NaN, never reached, is never equal.)"""
+    started, tx_at, rx_at = grants
+    f = np.flatnonzero(lead >= 0)
+    m = lead[f]
+    alike = (started[f] == started[m]) & (tx_at[f] == tx_at[m]) & (rx_at[f] == rx_at[m])
+    return f[~alike]
+
+
+def refined(cls, parts) -> np.ndarray:
+    """``cls`` with each class that acted apart split (``Plan.parts``, per message that did
+    not act as its leader: the class it stood in for, the class it met, the bit): its hosts
+    that meet that class at that bit become a class of their own."""
+    every = np.arange(cls.size)
+    out = cls
+    for of, own, k in sorted(set(map(tuple, parts.T.tolist()))):
+        apart = (cls == of) & (cls[every ^ (1 << k)] == own)
+        out = np.unique(out * 2 + apart, return_inverse=True)[1].astype(np.int64)
+    return out
