@@ -112,7 +112,11 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   for all from there (``_replayed_then_alike``), and over a power of two of hosts its first
   tensor goes by class (``_wave``: recursive doubling on 2 log2(hosts) + 2 hosts,
   Rabenseifner on log2(hosts)^2 + log2(hosts) + 2), as do DDP's buckets with two ranks a
-  host, each bucket alone (``_wave_buckets``).  The
+  host, each bucket alone (``_wave_buckets``).  Beside one slow link over a power of two of
+  hosts, doubling goes by class too: recursive doubling a tensor or a bucket at a time
+  (``_slow_link_by_tensor``, ``_slow_link_buckets``), Rabenseifner through every tensor or
+  bucket at once, one host a class and stand-ins for the hosts a class meets that are not
+  replayed (``_slow_link_stand_ins``, ``commsim.sim.fast_stand_ins``).  The
   world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
   host queue behind each other, but only the root's last delivery counts, which queueing in
   front of its work-conserving receive direction does not change;
