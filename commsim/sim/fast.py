@@ -1702,6 +1702,11 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
             or hosts & (hosts - 1) or hosts < 4 or run.ranks.size != p
             or run.sharing or run.r < run.a):
         return None
+    if buckets and rph > 2 and _broadcasts(spec, costs):
+        # (the buffers' binomial tree leaves a host's ranks in rank order only with two a
+        # host: the first's last send is to the second; replayed apart from it, the order of
+        # ranks due at one instant would be guessed)
+        return None
     h0, = slow
     cls = fast_stand_ins.classes(hosts, h0)
     steps = doubling_steps(algorithm, p, costs.gamma_s_per_B)
