@@ -1042,19 +1042,15 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                 if checking:
                     touch((1, h), t)
                     touch((0, tx_host[what]), t)
-                if h >= 0:
-                    direction = rx_directions[h]
-                    direction.holder = None
-                    rx_freed[h] = t
-                    if direction.waiting:
-                        bucket.append((_RX_RELEASED, h, root))
-                h = tx_host[what]
-                if h >= 0:
-                    direction = tx_directions[h]
-                    direction.holder = None
-                    tx_freed[h] = t
-                    if direction.waiting:
-                        bucket.append((_TX_RELEASED, h, root))
+                for h, held, freed, event in ((h, rx_directions, rx_freed, _RX_RELEASED),
+                                              (tx_host[what], tx_directions, tx_freed,
+                                               _TX_RELEASED)):
+                    if h >= 0:
+                        direction = held[h]
+                        direction.holder = None
+                        freed[h] = t
+                        if direction.waiting:
+                            bucket.append((event, h, root))
                 if released is not None:
                     released[what] = t
                 end = t + lat[what]
