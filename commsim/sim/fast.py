@@ -1692,7 +1692,9 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     (``_slow_link_buckets``): Rabenseifner's halving starts between hosts, so a host's first
     rank to leave a bucket asks for its NIC while its other rank's last message still holds
     it.  A replay of all of them at once holds that, and the classes are few (121 host
-    timelines at 32,768 hosts)."""
+    timelines at 32,768 hosts).  Where some hosts act apart from their class's replayed host
+    (``fast_stand_ins.parted``), they are split off and the whole replayed again, up to
+    ``_REFINEMENTS`` times."""
     spec, costs = run.spec, run.costs
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
@@ -1742,7 +1744,7 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
     _account_alike(run, Block(np.arange(2 * rph)[None], p, alike=True), algorithm, sizes,
                    buckets and spec.compression == "fp16")
-    at = (cls[np.arange(p) // rph] * rph + np.arange(p) % rph)
+    at = cls[np.arange(p) // rph] * rph + np.arange(p) % rph
     return run, synced[at], comm[at]
 
 
@@ -1860,8 +1862,8 @@ def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
     them (each between a mark at its launch and one at its end; DDP's each after its bucket is
     ready, with fp16 the casts around it), their messages appended to ``messages``, their
     bytes counted; declined where they would not fit in memory.  ``bodies(nbytes, messages,
-    average)``, where given, makes each rank's steps of one all-reduce instead of
-    ``blocks`` (its bytes not counted: the caller counts them)."""
+    average)``, where given (``blocks`` then empty), makes each rank's steps of one
+    all-reduce (its bytes not counted: the caller counts them)."""
     costs = run.costs
     fp16 = buckets and run.spec.compression == "fp16"
     if bodies is None:
@@ -1882,7 +1884,7 @@ def _collective_programs(run: Run, blocks, algorithm: str, sizes, buckets: bool,
             for program, body in zip(collectives, bodies(nbytes / 2 if fp16 else nbytes,
                                                          messages, not fp16)):
                 program += [*before, *body, *after]
-        for blk in blocks if bodies is None else ():
+        for blk in blocks:
             if blk.size <= 1:
                 continue
             sched = SCHEDULES[algorithm](run, blk, average=not fp16)

@@ -593,8 +593,8 @@ def simulate(start, order, host, programs, messages, gloo, nics: NicState, *, pa
                not replayed.
     lead:      where given, per message its leader (-1: none): a follower (one side
                ``STAND_IN``) stands for the messages of a class of ranks that are not replayed,
-               whose one host acts as its leader's does (``fast.py``'s replay by class
-               beside a slow link).  Its transmit side standing in: it asks for its receive
+               whose one host acts as its leader's does (``fast_stand_ins``: a replay by
+               class beside a slow link).  Its transmit side standing in: it asks for its receive
                direction when its leader is granted its transmit direction (at once if that
                was before); its receive side: once granted its own transmit direction, it
                transmits when its leader is granted its receive direction.  It holds and
