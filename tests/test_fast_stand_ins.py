@@ -146,7 +146,9 @@ SLOW = [("ddp", 32, 2, 5, "rabenseifner", dict(broadcast_buffers=False), "vgg"),
 def test_a_replay_by_class_beside_a_slow_link_is_the_des(monkeypatch, strategy, hosts, rph,
                                                         h0, algorithm, kw, profile):
     """One host a class (and stand-ins for the hosts they meet) replays every tensor or DDP
-    bucket: the DES's times, and the replay by class is what answered."""
+    bucket: the DES's times, and the replay by class is what answered (at these sizes a
+    replay of every rank costs no more, so the budget of rounds is lifted)."""
+    monkeypatch.setattr(fast, "_REFINED_SHARE", 10.0)
     taken = []
     replayed = fast._slow_link_stand_ins
     monkeypatch.setattr(fast, "_slow_link_stand_ins",
@@ -178,19 +180,22 @@ def test_classes_that_act_apart_are_split_and_replayed_again(monkeypatch):
 
 def test_classes_that_keep_acting_apart_are_left_to_a_replay_of_every_rank(monkeypatch):
     """Four ranks a host, DDP without overlap (or the buffers' broadcast, whose tree leaves
-    four ranks a host out of rank order) beside a slow link on 64 hosts: the classes
-    part, and part again once split, until the replay by class declines and every rank is
-    replayed: the DES's times.  Without the check, the replay by class's answer is not."""
+    four ranks a host out of rank order) beside a slow link on 64 hosts: the classes part,
+    and part again once split, until a class is a host (the budget of rounds lifted: within
+    it, every rank is replayed at once) and every rank is replayed: the DES's times.
+    Without the check, the first replay by class's answer is not."""
+    monkeypatch.setattr(fast, "_REFINED_SHARE", 10.0)
     sc = Scenario(global_batch=128 * 64, algorithm="rabenseifner", ranks_per_host=4,
                   slow_links_Bps={40: 5e6}, cores_per_host=8, bucket_bytes=4_000_000,
                   overlap=False, broadcast_buffers=False)
-    taken = []
-    replayed = fast._slow_link_stand_ins
+    taken, rounds = [], []
+    replayed, plan = fast._slow_link_stand_ins, fast_stand_ins.plan
     monkeypatch.setattr(fast, "_slow_link_stand_ins",
                         lambda *a: taken.append(replayed(*a)) or taken[-1])
+    monkeypatch.setattr(fast_stand_ins, "plan", lambda *a: rounds.append(1) or plan(*a))
     des = predict(load_default(), "ddp", 64, sc, engine="des")
     assert_same(des, predict(load_default(), "ddp", 64, sc, engine="fast"))
-    assert taken == [None]
+    assert taken == [None] and len(rounds) == 2
     monkeypatch.setattr(fast_stand_ins, "parted", lambda *a: np.zeros(0, dtype=np.int64))
     with pytest.raises(AssertionError):
         assert_same(des, predict(load_default(), "ddp", 64, sc, engine="fast"))

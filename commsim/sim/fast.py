@@ -1675,9 +1675,10 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
     return ends, directions, ends - launched
 
 
-# How many times a replay by class beside a slow link splits the classes that acted apart
-# and replays again (``_slow_link_stand_ins``) before every rank is replayed instead.
-_REFINEMENTS = 4
+# A replay by class beside a slow link splits the classes that acted apart and replays again
+# (``_slow_link_stand_ins``) while its rounds together replay fewer hosts than this share of
+# the cluster's (a replay of every rank replays them all, once); then every rank is replayed.
+_REFINED_SHARE = 1.0
 
 
 def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
@@ -1693,8 +1694,8 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     rank to leave a bucket asks for its NIC while its other rank's last message still holds
     it.  A replay of all of them at once holds that, and the classes are few (121 host
     timelines at 32,768 hosts).  Where some hosts act apart from their class's replayed host
-    (``fast_stand_ins.parted``), they are split off and the whole replayed again, up to
-    ``_REFINEMENTS`` times."""
+    (``fast_stand_ins.parted``), they are split off and the whole replayed again, while the
+    rounds together replay fewer hosts than ``_REFINED_SHARE`` of the cluster's."""
     spec, costs = run.spec, run.costs
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
@@ -1712,10 +1713,12 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     h0, = slow
     cls = fast_stand_ins.classes(hosts, h0)
     steps = doubling_steps(algorithm, p, costs.gamma_s_per_B)
-    for _ in range(_REFINEMENTS + 1):
+    replayed = 0                             # (hosts replayed so far, in every round)
+    while True:
         reps = np.unique(cls, return_index=True)[1]
-        if reps.size == hosts:               # (a class a host: replay every rank instead)
-            return None
+        replayed += reps.size
+        if reps.size == hosts or replayed > _REFINED_SHARE * hosts:
+            return None                      # (no cheaper than replaying every rank)
         ranks = (reps[:, None] * rph + np.arange(rph)).reshape(-1)
         quotient = Run(spec, costs, ranks)
         plan = fast_stand_ins.plan(quotient, cls, steps)
@@ -1739,8 +1742,6 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
         if apart.size == 0:
             break
         cls = fast_stand_ins.refined(cls, np.concatenate(parts, axis=1)[:, apart])
-    else:
-        return None
     sizes = [b.bytes for b in costs.buckets] if buckets else list(costs.param_bytes)
     _account_alike(run, Block(np.arange(2 * rph)[None], p, alike=True), algorithm, sizes,
                    buckets and spec.compression == "fp16")

@@ -27,9 +27,11 @@ real hosts too needs 2^(k - l) hosts a class).  Stand-ins do instead:
    directions at its leader's instants, so every real message acts as its class's and each
    class's hosts as its replayed host.  A follower that acted apart shows which hosts act apart
    from their class's: those of the model's class that meet the follower's class at that bit,
-   which are split off (``refined``) and the whole replayed again, a few times; otherwise the
-   caller replays every rank.  (At 32,768 hosts a ring of VGG-11's tensors splits the hosts
-   that met, in the last halving steps, the host the slow host delayed first: three rounds.)
+   which are split off (``refined``) and the whole replayed again, while the rounds replay
+   fewer hosts together than the cluster has; otherwise the caller replays every rank.  (At
+   32,768 hosts a ring of VGG-11's tensors beside a 10 Mbit/s link splits the hosts that met,
+   in the last halving steps, the hosts the slow host delayed first: three splits; beside
+   1 Mbit/s, eight.)
 """
 from __future__ import annotations
 
