@@ -98,52 +98,49 @@ def plan(run, cls, steps: list) -> Plan | None:
     follower's link is not its leader's."""
     rph, hosts = run.rph, cls.size
     reps = np.unique(cls, return_index=True)[1].astype(np.int64)
-    width = reps.size * rph
-    every = np.arange(hosts)
+    count = reps.size
+    width = count * rph
+    every, pos = np.arange(hosts), np.arange(width)
     all_messages, all_parts = [], []
-    programs = [[] for _ in range(width)]       # per position: (kind, a, b, seconds per B)
+    rows = []                # per step, the table's rows: (position, kind, a, b, s per byte)
     first = 0
     for dist, mult, work in steps:
-        actions = [[] for _ in range(width)]
         if dist < rph:                           # inside a host: each rank with its mate's
-            pos = np.arange(width)
             mate = pos ^ dist
             ranks = reps[pos // rph] * rph + pos % rph
             lat, per_byte, _ = run.link(ranks, ranks ^ dist, "all_reduce")
             none = np.full(width, -1)
             cols = [pos, mate, np.full(width, mult), lat, per_byte, none, none, none]
             parts = np.stack([none, none, none])
-            for k in range(width):
-                actions[k].append((fast_queues.EXCHANGE, k, int(mate[k])))
+            rows.append((pos, np.full(width, fast_queues.EXCHANGE), first + pos, first + mate,
+                         np.zeros(width)))
         else:
             k = (dist // rph).bit_length() - 1
-            met = np.unique(cls * reps.size + cls[every ^ (1 << k)])   # (class, partner's)
+            met = np.flatnonzero(np.bincount(cls * count + cls[every ^ (1 << k)],
+                                             minlength=count * count))   # (class, partner's)
             meets: dict = {}
-            for a, b in zip((met // reps.size).tolist(), (met % reps.size).tolist()):
+            for a, b in zip((met // count).tolist(), (met % count).tolist()):
                 meets.setdefault(a, []).append(b)
-            step = _step(run, reps, meets, k, mult, actions)
+            step = _step(run, reps, meets, k, mult, first, rows)
             if step is None:
                 return None
             cols, parts = step
+        if work:
+            rows.append((pos, np.full(width, fast_queues.GLOO), np.zeros(width, np.int64),
+                         np.zeros(width, np.int64), np.full(width, work)))
         all_messages.append(cols)
         all_parts.append(parts)
-        for program, mine in zip(programs, actions):
-            for action in mine:
-                if action[0] == fast_queues.GHOST:
-                    program += [(fast_queues.GHOST, first + m, 0, 0.0) for m in action[1]]
-                else:
-                    program.append((action[0], first + action[1], first + action[2], 0.0))
-            if work:
-                program.append((fast_queues.GLOO, 0, 0, work))
         first += cols[0].size
-    for program in programs:
-        program.append((fast_queues.GLOO, 0, 0, run.costs.gamma_s_per_B))
+    rows.append((pos, np.full(width, fast_queues.GLOO), np.zeros(width, np.int64),
+                 np.zeros(width, np.int64), np.full(width, run.costs.gamma_s_per_B)))
+    at, kinds, a, b, work = (np.concatenate([row[i] for row in rows]) for i in range(5))
+    # (a stable sort by position keeps each position's rows in the order it takes them)
+    order = np.argsort(at, kind="stable")
     bounds = np.zeros(width + 1, dtype=np.int64)
-    np.cumsum([len(x) for x in programs], out=bounds[1:])
-    flat = [row for program in programs for row in program]
-    rows = tuple(np.array([row[i] for row in flat], dtype=dtype)
-                 for i, dtype in enumerate((np.int32, np.int64, np.int64, np.float64)))
-    return Plan(reps, all_messages, all_parts, rows, bounds)
+    np.cumsum(np.bincount(at, minlength=width), out=bounds[1:])
+    table = (kinds[order].astype(np.int32), a[order].astype(np.int64),
+             b[order].astype(np.int64), work[order].astype(np.float64))
+    return Plan(reps, all_messages, all_parts, table, bounds)
 
 
 def _models(meets: dict) -> dict:
@@ -161,80 +158,80 @@ def _models(meets: dict) -> dict:
     return model
 
 
-def _step(run, reps, meets: dict, k: int, mult: float, actions: list):
-    """One step between hosts (flipping host bit k): its messages' columns and parts, each
-    position's actions appended; None where a follower's link is not its leader's.
+def _step(run, reps, meets: dict, k: int, mult: float, first: int, rows: list):
+    """One step between hosts (flipping host bit k): its messages' columns and parts, and
+    each position's rows of the actions' table appended to ``rows`` (``plan``'s; its
+    messages' ids from ``first``); None where a follower's link is not its leader's.
 
     Each class's host exchanges with its model's (``_models``): with itself (one message,
     leaving its transmit direction and entering its receive direction: a partner that acts
     alike), with a class that pairs off with it (one message each way), or with a stand-in
     for its model's host: its message to it follows the model's message in (whose receive
     direction it takes), the stand-in's message to it follows the model's message out (whose
-    transmit direction it takes), and the model's ranks post the stand-in's sides."""
-    rph = run.rph
+    transmit direction it takes), and the model's ranks post the stand-in's sides (a GHOST
+    row each, in the order of the messages, before their own exchange)."""
+    rph, count, stand_in = run.rph, reps.size, fast_queues.STAND_IN
     model = _models(meets)
-    order = sorted(meets)
-    stand_in = fast_queues.STAND_IN
-    # (classes that pair off: the link between their hosts must be each one's own partner's)
-    pairs = np.array([(a, model[a]) for a in order if a < model[a] and model[model[a]] == a],
-                     dtype=np.int64).reshape(-1, 2)
-
+    cl = np.arange(count)
+    of = np.array([model[a] for a in range(count)], dtype=np.int64)
+    mirror = of == cl
+    pair = ~mirror & (of[of] == cl)
+    stand = ~mirror & ~pair
+    lower = pair & (cl < of)                 # (a pair's messages, both, at its lower class)
+    # Per class, its messages to and from its model (a rank's, in class order): one of its
+    # own, two of its own, or its pair's two.
+    place = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.where(mirror, 1, np.where(stand | lower, 2, 0)), out=place[1:])
+    n, place = int(place[-1]), place[:-1]
+    out = place.copy()
+    back = np.where(mirror, place, place + 1)
+    upper = pair & ~lower
+    out[upper], back[upper] = place[of[upper]] + 1, place[of[upper]]
+    src, dst, tx, rx, own, by = (np.empty(n, dtype=np.int64) for _ in range(6))
+    lead = np.full(n, -1, dtype=np.int64)
+    a, i = cl[mirror], place[mirror]
+    src[i] = dst[i] = own[i] = by[i] = a
+    tx[i] = rx[i] = reps[a]
+    a, b, i = cl[lower], of[lower], place[lower]     # (a pair: its message, the other's)
+    src[i], dst[i], tx[i], rx[i], own[i], by[i] = a, b, reps[a], reps[b], a, b
+    j = i + 1
+    src[j], dst[j], tx[j], rx[j], own[j], by[j] = b, a, reps[b], reps[a], b, a
+    a, b, i = cl[stand], of[stand], place[stand]     # (to the stand-in, from it)
+    src[i], dst[i], tx[i], rx[i], own[i], by[i] = a, b, reps[a], stand_in, a, b
+    j = i + 1
+    src[j], dst[j], tx[j], rx[j], own[j], by[j] = b, a, stand_in, reps[a], a, b
+    lead[i], lead[j] = back[b], out[b]
+    follows = lead >= 0
     columns = [[] for _ in range(10)]      # src, dst, lat, per byte, tx, rx, lead, parts (3)
     for r in range(rph):
         ranks = reps * rph + r
-        lat, per_byte, _ = run.link(ranks, ranks ^ (rph << k), "all_reduce")
-        real = list(zip(lat.tolist(), per_byte.tolist()))       # (to its own partner)
-        lat, per_byte, _ = run.link(ranks[pairs[:, 0]], ranks[pairs[:, 1]], "all_reduce")
-        for (a, b), x, y in zip(pairs.tolist(), lat.tolist(), per_byte.tolist()):
-            if not (x, y) == real[a] == real[b]:
-                return None
-        out, back = {}, {}                       # per class, its message to and from its model
-        rows = []                                # (src class, dst class, tx, rx, own, model)
-        for a in order:
-            b = model[a]
-            if b == a:
-                out[a] = back[a] = len(rows)
-                rows.append((a, a, int(reps[a]), int(reps[a]), a, a))
-            elif model[b] == a:
-                if a < b:
-                    out[a] = back[b] = len(rows)
-                    rows.append((a, b, int(reps[a]), int(reps[b]), a, b))
-                    out[b] = back[a] = len(rows)
-                    rows.append((b, a, int(reps[b]), int(reps[a]), b, a))
-            else:
-                out[a] = len(rows)
-                rows.append((a, b, int(reps[a]), stand_in, a, b))
-                back[a] = len(rows)
-                rows.append((b, a, stand_in, int(reps[a]), a, b))
-        first = len(columns[0])
-        ghosts: dict = {}
-        for i, (src, dst, tx, rx, own, of) in enumerate(rows):
-            lead = -1
-            if tx == stand_in:                   # (from the stand-in: as the model's out)
-                lead = out[of]
-            elif rx == stand_in:                 # (to the stand-in: as the model's in)
-                lead = back[of]
-            lat, per_byte = real[own]
-            if lead >= 0:
-                leader = rows[lead]
-                if real[leader[4]] != (lat, per_byte):
-                    return None
-                ghosts.setdefault(of, []).append(first + i)
-            follows = lead >= 0
-            for column, value in zip(columns, (
-                    src * rph + r, dst * rph + r, lat, per_byte, tx, rx,
-                    first + lead if follows else -1, of if follows else -1,
-                    own if follows else -1, k if follows else -1)):
-                column.append(value)
-        for a in order:
-            mine = actions[a * rph + r]
-            if a in ghosts:
-                mine.append((fast_queues.GHOST, tuple(ghosts[a])))
-            mine.append((fast_queues.EXCHANGE, first + out[a], first + back[a]))
-    src, dst, lat, per_byte, tx, rx, lead, *parts = (np.array(x) for x in columns)
-    return ([src.astype(np.int64), dst.astype(np.int64), np.full(src.size, mult),
-             lat.astype(float), per_byte.astype(float), tx.astype(np.int64),
-             rx.astype(np.int64), lead.astype(np.int64)], np.stack(parts).astype(np.int64))
+        lat, per_byte, _ = run.link(ranks, ranks ^ (rph << k), "all_reduce")   # (own partner)
+        # (classes that pair off: the link between their hosts must be each one's own
+        # partner's; a follower's must be its leader's)
+        a, b = cl[lower], of[lower]
+        paired = run.link(ranks[a], ranks[b], "all_reduce")[:2]
+        if not all(np.array_equal(x, y[a]) and np.array_equal(x, y[b])
+                   for x, y in zip(paired, (lat, per_byte))):
+            return None
+        theirs = own[lead[follows]]
+        if not (np.array_equal(lat[own[follows]], lat[theirs])
+                and np.array_equal(per_byte[own[follows]], per_byte[theirs])):
+            return None
+        base = r * n                             # (this rank's messages within the step)
+        for column, value in zip(columns, (
+                src * rph + r, dst * rph + r, lat[own], per_byte[own], tx, rx,
+                np.where(follows, base + lead, -1), np.where(follows, by, -1),
+                np.where(follows, own, -1), np.where(follows, k, -1))):
+            column.append(value)
+        ghosts = np.flatnonzero(follows)
+        rows.append((by[ghosts] * rph + r, np.full(ghosts.size, fast_queues.GHOST),
+                     first + base + ghosts, np.zeros(ghosts.size, np.int64),
+                     np.zeros(ghosts.size)))
+        rows.append((cl * rph + r, np.full(count, fast_queues.EXCHANGE), first + base + out,
+                     first + base + back, np.zeros(count)))
+    src, dst, lat, per_byte, tx, rx, lead, *parts = (np.concatenate(x) for x in columns)
+    return ([src, dst, np.full(src.size, mult), lat.astype(float), per_byte.astype(float),
+             tx, rx, lead], np.stack(parts).astype(np.int64))
 
 
 def added(p: Plan, nbytes: float, messages, leads: list, parts: list, average: bool) -> list:
@@ -281,8 +278,10 @@ def refined(cls, parts) -> np.ndarray:
     not act as its leader: the class it stood in for, the class it met, the bit): its hosts
     that meet that class at that bit become a class of their own."""
     every = np.arange(cls.size)
-    out = cls
+    out, bits = cls.copy(), 0
     for of, own, k in sorted(set(map(tuple, parts.T.tolist()))):
-        apart = (cls == of) & (cls[every ^ (1 << k)] == own)
-        out = np.unique(out * 2 + apart, return_inverse=True)[1].astype(np.int64)
-    return out
+        if bits == 40:                           # (the key's room: numbered densely again)
+            out, bits = np.unique(out, return_inverse=True)[1].astype(np.int64), 0
+        out = out * 2 + ((cls == of) & (cls[every ^ (1 << k)] == own))
+        bits += 1
+    return np.unique(out, return_inverse=True)[1].astype(np.int64)
