@@ -104,6 +104,12 @@ def plan(run, cls, steps: list) -> Plan | None:
     all_messages, all_parts = [], []
     rows = []                # per step, the table's rows: (position, kind, a, b, s per byte)
     first = 0
+
+    def reductions(seconds_per_B: float) -> tuple:
+        """A reduction's row for every position."""
+        zero = np.zeros(width, np.int64)
+        return pos, np.full(width, fast_queues.GLOO), zero, zero, np.full(width, seconds_per_B)
+
     for dist, mult, work in steps:
         if dist < rph:                           # inside a host: each rank with its mate's
             mate = pos ^ dist
@@ -126,13 +132,11 @@ def plan(run, cls, steps: list) -> Plan | None:
                 return None
             cols, parts = step
         if work:
-            rows.append((pos, np.full(width, fast_queues.GLOO), np.zeros(width, np.int64),
-                         np.zeros(width, np.int64), np.full(width, work)))
+            rows.append(reductions(work))
         all_messages.append(cols)
         all_parts.append(parts)
         first += cols[0].size
-    rows.append((pos, np.full(width, fast_queues.GLOO), np.zeros(width, np.int64),
-                 np.zeros(width, np.int64), np.full(width, run.costs.gamma_s_per_B)))
+    rows.append(reductions(run.costs.gamma_s_per_B))       # (the divide)
     at, kinds, a, b, work = (np.concatenate([row[i] for row in rows]) for i in range(5))
     # (a stable sort by position keeps each position's rows in the order it takes them)
     order = np.argsort(at, kind="stable")
