@@ -85,6 +85,21 @@ def test_classes_by_the_highest_and_lowest_bit_apart_from_the_slow_host():
     assert finer[host[13]] == finer[host[15]] != finer[host[9]] == finer[host[11]]
 
 
+def test_a_host_acting_apart_alone_splits_its_subcube():
+    """16 hosts beside host 5: the hosts of class (3, 2) (z = 12, 14) that meet class (3, 3)
+    (z = 8 alone) at bit 2 act apart: z = 12 is split off, and so is every host of the
+    subcube of bits 0-2 around z = 8 (z = 9 .. 15), each alone; the rest keep their classes."""
+    z = np.arange(16) ^ 5
+    host = {int(v): h for h, v in enumerate(z)}
+    cls = fast_stand_ins.classes(16, 5)
+    finer = fast_stand_ins.refined(cls, np.array([[cls[host[12]]], [cls[host[8]]], [2]]))
+    for v in range(8, 16):
+        assert np.count_nonzero(finer == finer[host[v]]) == 1, v
+    for v in range(1, 8):                      # (untouched: as many classes as before)
+        assert np.count_nonzero(finer == finer[host[v]]) == np.count_nonzero(
+            cls == cls[host[v]]), v
+
+
 def test_models_pair_off_mirror_and_stand_in():
     """A class meeting itself is its own model; two meeting only each other pair off; a
     centre pairs with its first leaf and the other leaves stand in for it."""
@@ -181,9 +196,10 @@ def test_classes_that_act_apart_are_split_and_replayed_again(monkeypatch):
 def test_classes_that_keep_acting_apart_are_left_to_a_replay_of_every_rank(monkeypatch):
     """Four ranks a host, DDP without overlap (or the buffers' broadcast, whose tree leaves
     four ranks a host out of rank order) beside a slow link on 64 hosts: the classes part,
-    and part again once split, until a class is a host (the budget of rounds lifted: within
-    it, every rank is replayed at once) and every rank is replayed: the DES's times.
-    Without the check, the first replay by class's answer is not."""
+    and split (with the subcubes around hosts that act apart alone) a class is a host, so
+    every rank is replayed (the budget of rounds lifted, as at this size it would replay
+    every rank at once): the DES's times.  Without the check, the replay by class's answer
+    is not."""
     monkeypatch.setattr(fast, "_REFINED_SHARE", 10.0)
     sc = Scenario(global_batch=128 * 64, algorithm="rabenseifner", ranks_per_host=4,
                   slow_links_Bps={40: 5e6}, cores_per_host=8, bucket_bytes=4_000_000,
@@ -195,7 +211,7 @@ def test_classes_that_keep_acting_apart_are_left_to_a_replay_of_every_rank(monke
     monkeypatch.setattr(fast_stand_ins, "plan", lambda *a: rounds.append(1) or plan(*a))
     des = predict(load_default(), "ddp", 64, sc, engine="des")
     assert_same(des, predict(load_default(), "ddp", 64, sc, engine="fast"))
-    assert taken == [None] and len(rounds) == 2
+    assert taken == [None] and len(rounds) == 1
     monkeypatch.setattr(fast_stand_ins, "parted", lambda *a: np.zeros(0, dtype=np.int64))
     with pytest.raises(AssertionError):
         assert_same(des, predict(load_default(), "ddp", 64, sc, engine="fast"))

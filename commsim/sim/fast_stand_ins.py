@@ -27,11 +27,11 @@ real hosts too needs 2^(k - l) hosts a class).  Stand-ins do instead:
    directions at its leader's instants, so every real message acts as its class's and each
    class's hosts as its replayed host.  A follower that acted apart shows which hosts act apart
    from their class's: those of the model's class that meet the follower's class at that bit,
-   which are split off (``refined``) and the whole replayed again, while the rounds replay
-   fewer hosts together than the cluster has; otherwise the caller replays every rank.  (At
-   32,768 hosts a ring of VGG-11's tensors beside a 10 Mbit/s link splits the hosts that met,
-   in the last halving steps, the hosts the slow host delayed first: three splits; beside
-   1 Mbit/s, eight.)
+   which are split off (``refined``: with the subcube around a host that acts apart alone)
+   and the whole replayed again, while the rounds replay fewer hosts together than the
+   cluster has; otherwise the caller replays every rank.  (At 32,768 hosts a ring of VGG-11's
+   tensors beside a 10 Mbit/s link splits the hosts that met, in the last halving steps, the
+   hosts the slow host delayed first: 121 classes, then 129.)
 """
 from __future__ import annotations
 
@@ -280,12 +280,21 @@ def parted(grants, lead) -> np.ndarray:
 def refined(cls, parts) -> np.ndarray:
     """``cls`` with each class that acted apart split (``Plan.parts``, per message that did
     not act as its leader: the class it stood in for, the class it met, the bit): its hosts
-    that meet that class at that bit become a class of their own."""
+    that meet that class at that bit become a class of their own.  Where the class met is one
+    host, the hosts it meets in the steps after (flipping the bits below that bit) and those
+    they meet, its subcube of those bits, each become a class of its own at once: a host
+    alone delays them each by its own path, and split a layer a round they took up to eight
+    rounds (a ring beside 1 Mbit/s at 65,536 ranks; one now)."""
     every = np.arange(cls.size)
     out, bits = cls.copy(), 0
+    alone = np.zeros(cls.size, dtype=bool)
+    single = np.bincount(cls) == 1
     for of, own, k in sorted(set(map(tuple, parts.T.tolist()))):
         if bits == 40:                           # (the key's room: numbered densely again)
             out, bits = np.unique(out, return_inverse=True)[1].astype(np.int64), 0
         out = out * 2 + ((cls == of) & (cls[every ^ (1 << k)] == own))
         bits += 1
+        if single[own]:
+            alone[np.flatnonzero(cls == own)[0] ^ np.arange(1, 2 << k)] = True
+    out = np.where(alone, out.max() + 1 + every, out)
     return np.unique(out, return_inverse=True)[1].astype(np.int64)
