@@ -1678,7 +1678,7 @@ def _slow_link_replay(replayed: Run, plan: _SlowWave, algorithm: str, nbytes: fl
 # A replay by class beside a slow link splits the classes that acted apart and replays again
 # (``_slow_link_stand_ins``) while its rounds together replay fewer hosts than this share of
 # the cluster's (a replay of every rank replays them all, once); then every rank is replayed.
-_REFINED_SHARE = 1.0
+_REFINED_SHARE = 0.25
 
 
 def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):

@@ -28,8 +28,8 @@ real hosts too needs 2^(k - l) hosts a class).  Stand-ins do instead:
    class's hosts as its replayed host.  A follower that acted apart shows which hosts act apart
    from their class's: those of the model's class that meet the follower's class at that bit,
    which are split off (``refined``: with the subcube around a host that acts apart alone)
-   and the whole replayed again, while the rounds replay fewer hosts together than the
-   cluster has; otherwise the caller replays every rank.  (At 32,768 hosts a ring of VGG-11's
+   and the whole replayed again, while the rounds replay fewer hosts together than a quarter
+   of the cluster's; otherwise the caller replays every rank.  (At 32,768 hosts a ring of VGG-11's
    tensors beside a 10 Mbit/s link splits the hosts that met, in the last halving steps, the
    hosts the slow host delayed first: 121 classes, then 129.)
 """
