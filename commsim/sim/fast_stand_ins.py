@@ -69,7 +69,6 @@ def classes(hosts: int, h0: int) -> np.ndarray:
 class Plan:
     """One doubling all-reduce replayed on one host a class.
 
-    hosts:     per class, its replayed host (its first).
     messages:  per step, its messages' columns (src, dst, bytes per byte of the collective,
                latency, seconds a byte, tx host, rx host, leader), src and dst as positions
                (class x ranks a host + rank), leaders as ids within the step (-1: none).
@@ -84,7 +83,6 @@ class Plan:
                reduction; the divide last (dropped without ``average``).
     bounds:    where each position's rows begin (and the end).
     """
-    hosts: np.ndarray
     messages: list
     parts: list
     rows: tuple
@@ -94,10 +92,10 @@ class Plan:
 def plan(run, cls, steps: list) -> Plan | None:
     """The ``Plan`` of an all-reduce of ``steps`` (``fast_collectives.doubling_steps``) over
     every rank of ``run``'s world (a power of two of hosts, several ranks each) by the classes
-    ``cls`` (per host, 0 .. count - 1), replayed on each class's first host; None where a
-    follower's link is not its leader's."""
+    ``cls`` (per host, 0 .. count - 1), replayed on each class's first host (``run``'s ranks:
+    theirs, class by class); None where a follower's link is not its leader's."""
     rph, hosts = run.rph, cls.size
-    reps = np.unique(cls, return_index=True)[1].astype(np.int64)
+    reps = run.ranks[::rph] // rph                  # (per class, its replayed host)
     count = reps.size
     width = count * rph
     every, pos = np.arange(hosts), np.arange(width)
@@ -144,7 +142,7 @@ def plan(run, cls, steps: list) -> Plan | None:
     np.cumsum(np.bincount(at, minlength=width), out=bounds[1:])
     table = (kinds[order].astype(np.int32), a[order].astype(np.int64),
              b[order].astype(np.int64), work[order].astype(np.float64))
-    return Plan(reps, all_messages, all_parts, table, bounds)
+    return Plan(all_messages, all_parts, table, bounds)
 
 
 def _models(meets: dict) -> dict:
