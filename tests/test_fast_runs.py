@@ -30,6 +30,8 @@ CPU = {
     "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
     "pool, 1.5 cores": dict(shared_cpu_cores=1.5),
     "roomy pool": dict(shared_cpu_cores=8),
+    "a core a host": dict(cores_per_host=1),
+    "1.5 cores a host+efficiency": dict(cores_per_host=1.5, cpu_efficiency=EFFICIENCY),
 }
 OPTIONS = {
     "": {}, "sync-every 2": dict(sync_every=2), "fp16": dict(compression="fp16"),
@@ -76,6 +78,19 @@ def test_stragglers_two_ranks_a_host_on_a_pool():
         check(contended(PROFILE), "ring", hosts, {0: 0.5, 3: 3.0}, "pool, 1.5 cores",
               local=2, sync_every=2)
         check(DISTINCT, "ring", hosts, {2: 1.2}, "pool+efficiency", local=2)
+
+
+def test_stragglers_two_ranks_a_host_on_cores_of_their_own():
+    """Each host its cores (``_Ring.hosts_apart``): a run's end rank whose host's other rank
+    is in another run runs its jobs on that host's CPU beside that rank's; with calibrated
+    contention its messages slow while that rank computes beside a collective."""
+    for hosts in (2, 3, 8):
+        check(load_default(), "ring", hosts, {1: 1.5}, "a core a host", local=2)
+        check(contended(PROFILE), "ring", hosts, {0: 0.5, 3: 3.0}, "a core a host", local=2,
+              sync_every=2)
+        check(DISTINCT, "ring", hosts, {2: 1.2}, "1.5 cores a host+efficiency", local=2)
+        check(contended(PROFILE), "ring", hosts, {1: 0.6}, "1.5 cores a host+efficiency",
+              local=2)
 
 
 def test_what_runs_do_not_cover():

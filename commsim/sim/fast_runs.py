@@ -52,7 +52,8 @@ JOB, ENTER, EXIT, WAIT, BROADCAST, SIGNAL, AWAIT, AWAIT_END, STEPS, FINISH = ran
 
 def covers(spec: RunSpec) -> bool:
     """A world ring (DDP's or a ring per tensor) of stragglers on one pool of cores: one or two
-    ranks a host on the pool, or every rank on one host.  (With two, each rank's messages of a
+    ranks a host on the pool, or every rank on one host; or a ring per tensor of two ranks a
+    host on each host's cores (``_Ring.hosts_apart``).  (With two, each rank's messages of a
     step are one inside its host and one between hosts, and it waits for both: ranks of a run
     still go on together.)"""
     from commsim.strategies import get_strategy
@@ -71,7 +72,23 @@ def covers(spec: RunSpec) -> bool:
     # Two ranks a host: a ring per tensor only.  DDP's buckets part the ranks at O(p^2)
     # instants there (measured with the DES, a straggler on a pool: 339, 1,165 and 3,880
     # distinct delivery times at 16, 32 and 64 ranks), as a slow link does anywhere.
-    return c.shared_cpu_cores is not None and c.ranks_per_host == 2 and spec.strategy == "ring"
+    if c.ranks_per_host != 2 or spec.strategy != "ring":
+        return False
+    # Each host its cores: a straggler's delay leaves the ranks tilted, every rank's step a
+    # little apart from its neighbours', through the first tensors, and the runs take O(p^2)
+    # events (with VGG-11: 2,840, 28,111, 455,887 and 1.8 million at 32, 128, 512 and 1,024
+    # ranks, about 1.7p^2): covered while 2p^2 of them fit the budget (about 230 ranks).
+    return c.shared_cpu_cores is not None or 2 * p * p <= budget(spec)
+
+
+def budget(spec: RunSpec) -> int:
+    """The most events the runs take before they refuse (``NotExact``): O(p) where runs stay
+    few, about 2p for a ring per tensor, more with DDP's buckets, every one of which a
+    straggler holds back (2,048 ranks: 6.5p with 25 MB buckets, 15p with 4 MB or 1 MB), and
+    each further straggler brings staircases of its own (2 to 32 stragglers, 1 MB buckets:
+    32p to 115p).  Beyond, the ranks part at O(p^2) instants and the runs would take longer
+    than the DES's refusal."""
+    return 32 * spec.world_size * max(1, len(spec.stragglers)) + 100_000
 
 
 def crosses(spec: RunSpec):
@@ -147,6 +164,21 @@ class _Group:
     def __init__(self, left, compute, start):
         self.left, self.weight, self.compute, self.start = left, 0.0, compute, start
         self.members = []                          # (run, process)
+
+
+class _Cpu:
+    """Where each host has cores of its own (``_Ring.hosts_apart``), the cores of hosts whose
+    jobs run alike: the hosts of runs that hold both their ranks and start one job at one
+    instant (each host two of its jobs), or one host whose two ranks are in runs of their own.
+    Its jobs (``groups``: key -> ``_Group``, their ``weight`` its threads) are advanced at
+    its own events alone, as ``ProcessorSharingCPU``'s, and its timer is set again at each
+    (``version``)."""
+    __slots__ = ("groups", "last", "busy", "computing", "talking", "version", "host", "key")
+
+    def __init__(self, now, host=None, key=None, talking=0):
+        self.groups, self.last, self.busy, self.computing, self.version = {}, now, 0.0, 0.0, 0
+        self.talking = talking                      # its ranks inside a collective
+        self.host, self.key = host, key             # (one host's, or hosts alike's job key)
 
 
 class _Run:
@@ -232,6 +264,11 @@ class _Ring:
         self.programs = programs
         self.talker = len(programs) - 1            # the process that runs the collectives
         self.broadcast_end = broadcast_end
+        # Two ranks a host, each host its cores: a CPU a host (``_Cpu``), not the pool's.
+        self.hosts_apart = c.shared_cpu_cores is None and c.hosts > 1
+        self.host_cpus: dict = {}                  # host -> its _Cpu, while it has jobs
+        self.alike_cpus: dict = {}                 # job key -> the _Cpu of hosts alike
+        self.cpu_timers: list = []                 # (time, order, _Cpu, version)
         self.now = 0.0
         self.cpu_last = 0.0                        # when the pool's jobs were last advanced
         self.cpu_due = None                        # when its next job ends, set then
@@ -247,12 +284,7 @@ class _Ring:
         self.last: dict = {}                       # last rank -> run
         self.arrived: list = []                    # (run, process, time) at the broadcast
         self.events = 0
-        # O(p) events where runs stay few: about 2p for a ring per tensor, more with DDP's
-        # buckets, every one of which a straggler holds back (2,048 ranks: 6.5p with 25 MB
-        # buckets, 15p with 4 MB or 1 MB), and each further straggler brings staircases of
-        # its own (2 to 32 stragglers, 1 MB buckets: 32p to 115p).  Beyond, the ranks
-        # part at O(p^2) instants and the runs would take longer than the DES's refusal.
-        self.budget = 32 * self.p * max(1, len(spec.stragglers)) + 100_000
+        self.budget = budget(spec)
         # Per rank: its compute speed, and what it reports.  Ranks of one run share these
         # but for the compute seconds (a compute job splits a run by speed).
         self.factor = np.array([spec.stragglers.get(r, 1.0) for r in range(self.p)])
@@ -457,6 +489,9 @@ class _Ring:
              reschedule: bool = True) -> None:
         """Process ``k`` of ``run`` starts a job; ``reschedule``: the pool's timer set again
         now (else by the caller, once a batch of jobs has started)."""
+        if self.hosts_apart:
+            self._host_job(run, k, work, threads, compute)
+            return
         if self.now != self.cpu_last:              # (time never runs back)
             self._cpu_event()
         key = (work, threads, compute, self.now)
@@ -474,6 +509,169 @@ class _Ring:
                 self.deferred = True
             else:
                 self._reschedule()
+
+    # -- a CPU a host (``hosts_apart``) ---------------------------------------------------
+
+    def _host_job(self, run: _Run, k: int, work: float, threads: float,
+                  compute: bool) -> None:
+        """``_job`` where each host has its cores: a run's end rank whose host's other rank
+        is in another run becomes a run of its own, on that host's ``_Cpu``; the rest, whole
+        hosts, start the job on the ``_Cpu`` of hosts that start it now."""
+        p = self.p
+        pieces = [run]
+        if 1 < run.n < p:
+            lo, n = run.lo, run.n
+            cut = []
+            if lo % 2:
+                cut.append((lo, 1))
+                lo, n = (lo + 1) % p, n - 1
+            if n and (lo + n - 1) % 2 == 0:
+                cut.append(((lo + n - 1) % p, 1))
+                n -= 1
+            if cut:
+                if n:
+                    cut.append((lo, n))
+                self._drop(run)
+                pieces = [run.copy(a, b) for a, b in cut]
+                for piece in pieces:
+                    self._adopt(piece, k)
+        key = (work, threads, compute, self.now)
+        for piece in pieces:
+            if piece.n == 1:
+                host = piece.lo // 2
+                cpu = self.host_cpus.get(host)
+                if cpu is None:
+                    # (its ranks are the last of one run and the first of the next)
+                    talking = sum(1 for run in (self.last[2 * host], self.first[2 * host + 1])
+                                  if run.depth)
+                    cpu = self.host_cpus[host] = _Cpu(self.now, host=host, talking=talking)
+                weight = threads
+            else:
+                cpu = self.alike_cpus.get(key)
+                if cpu is None:
+                    cpu = self.alike_cpus[key] = _Cpu(self.now, key=key)
+                weight = 2 * threads if key not in cpu.groups else 0.0
+            self._host_advance(cpu)
+            group = cpu.groups.get(key)
+            if group is None:
+                group = cpu.groups[key] = _Group(work, compute, self.now)
+            group.weight += weight
+            cpu.busy += weight
+            if compute:
+                cpu.computing += weight
+            group.members.append((piece, k))
+            piece.procs[k][2] = ("job", group)
+            self._host_reschedule(cpu)
+
+    def _host_advance(self, cpu: _Cpu) -> None:
+        """``cpu``'s jobs advanced to now (``ProcessorSharingCPU._advance``)."""
+        if cpu.groups and self.now > cpu.last:
+            progress = (self.now - cpu.last) * self._host_rate(cpu)
+            for group in cpu.groups.values():
+                group.left -= progress
+        cpu.last = self.now
+
+    def _host_reschedule(self, cpu: _Cpu) -> None:
+        """``cpu``'s timer set again (``ProcessorSharingCPU._reschedule``)."""
+        cpu.version += 1
+        if cpu.groups:
+            due = self.now + max(0.0, min(group.left for group in cpu.groups.values())
+                                 / self._host_rate(cpu))
+            heapq.heappush(self.cpu_timers, (due, self.order, cpu, cpu.version))
+            self.order += 1
+
+    def _host_rate(self, cpu: _Cpu) -> float:
+        """Its jobs' speed (``ProcessorSharingCPU._rate``; hosts alike run their jobs
+        outside collectives, or reductions without compute: the calibrated speed is 1)."""
+        speed = 1.0
+        if cpu.talking and self.contention:
+            speed = self.costs.compute_speed(cpu_load(self.cores, cpu.computing, cpu.talking))
+        return job_rate(self.cores, cpu.busy, self.efficiency, speed)
+
+    def _host_load(self, host: int) -> float:
+        """Compute threads a core on ``host`` as the contention calibration counts them (only a
+        host whose ranks are in two runs computes beside a collective)."""
+        cpu = self.host_cpus.get(host)
+        return 0.0 if cpu is None else cpu_load(self.cores, cpu.computing, cpu.talking)
+
+    def _edge_per_byte(self, src: int) -> float:
+        """A byte's time on the wire from rank ``src`` to the next (between hosts) now: the
+        link's, or the contended bandwidth at the busier end (``SimContext._contention``)."""
+        loads = self._host_load(src // 2), self._host_load((src + 1) % self.p // 2)
+        if not any(loads):
+            return self.per_byte
+        return max(self.per_byte, 1.0 / min(self.costs.contended_Bps(load) for load in loads))
+
+    def _host_touchy(self, run: _Run) -> list | None:
+        """Where a run about to post has an end whose messages meet a host computing beside a
+        collective (calibrated contention, ``hosts_apart``): the run cut into pieces, the ranks
+        whose messages are slowed alone (an end rank, and where its host's message to the
+        next leaves from that host, the next rank too); None where none is."""
+        p, lo, n = self.p, run.lo, run.n
+        end = (lo + n - 1) % p
+        left = self._host_load((lo - 1) % p // 2) > 0
+        right = self._host_load((end + 1) % p // 2) > 0
+        if not (left or right):
+            return None
+        alone = []
+        if left:
+            alone += [lo, (lo + 1) % p] if lo % 2 else [lo]
+        if right:
+            alone += [(end - 1) % p, end] if end % 2 == 0 else [end]
+        offsets = sorted({(r - lo) % p for r in alone if (r - lo) % p < n})
+        pieces, at = [], 0
+        for off in offsets:
+            if off > at:
+                pieces.append(((lo + at) % p, off - at))
+            pieces.append(((lo + off) % p, 1))
+            at = off + 1
+        if at < n:
+            pieces.append(((lo + at) % p, n - at))
+        return pieces
+
+    def _host_talks(self, run: _Run, delta: int) -> None:
+        """``run``'s ranks enter or leave a collective: the hosts it shares with other runs
+        have their jobs advanced and their timers set again (the DES's
+        ``ProcessorSharingCPU.communicating``; its other hosts have no jobs now)."""
+        p = self.p
+        if run.n == p:
+            return
+        ends = {run.lo // 2 if run.lo % 2 else None,
+                (run.lo + run.n - 1) % p // 2 if (run.lo + run.n - 1) % 2 == 0 else None}
+        for host in ends:
+            cpu = self.host_cpus.get(host)
+            if cpu is not None:
+                self._host_advance(cpu)
+                cpu.talking += delta
+                self._host_reschedule(cpu)
+
+    def _host_due(self):
+        """When the next of the hosts' jobs ends (None: none runs)."""
+        timers = self.cpu_timers
+        while timers and timers[0][3] != timers[0][2].version:
+            heapq.heappop(timers)                  # (set again since)
+        return timers[0][0] if timers else None
+
+    def _host_ends(self) -> None:
+        """The hosts' jobs due now end (``ProcessorSharingCPU._on_timer``, each host's)."""
+        timers = self.cpu_timers
+        while timers and timers[0][0] <= self.now:
+            _, _, cpu, version = heapq.heappop(timers)
+            if version != cpu.version:
+                continue
+            self._host_advance(cpu)
+            for key in finished({key: [group.left] for key, group in cpu.groups.items()}):
+                group = cpu.groups.pop(key)
+                cpu.busy -= group.weight
+                if group.compute:
+                    cpu.computing -= group.weight
+                self._ended(group)
+            self._host_reschedule(cpu)
+            if not cpu.groups:
+                if cpu.host is None:
+                    del self.alike_cpus[cpu.key]
+                else:
+                    del self.host_cpus[cpu.host]
 
     def _cpu_event(self) -> None:
         """The pool's jobs advanced to now at the speed they had
@@ -509,25 +707,29 @@ class _Ring:
             self.busy -= group.weight
             if group.compute:
                 self.computing -= group.weight
-            took = self.now - group.start
-            alone = []                         # one-rank runs' ranks: added at once below
-            ready = self.ready
-            for run, k in group.members:
-                proc = run.procs[k]
-                if run.alive and proc[2] is not None and proc[2][1] is group:
-                    if group.compute and run.n == 1:
-                        alone.append(run.lo)
-                    elif group.compute:
-                        for span in self._spans(run):
-                            self.compute_s[span] += took
-                    proc[2] = None
-                    ready.append((run, k))
-            if alone:                          # (a rank is in one run of a group: once each)
-                self.compute_s[alone] += took
-            # The runs it held that have since joined others hold it (their processes'
-            # states): the cycle freed now, not at the collector's next pass (``fast.run_fast``).
-            group.members.clear()
+            self._ended(group)
         self._reschedule()
+
+    def _ended(self, group: _Group) -> None:
+        """``group``'s jobs are over: its processes are ready, its compute seconds counted."""
+        took = self.now - group.start
+        alone = []                             # one-rank runs' ranks: added at once below
+        ready = self.ready
+        for run, k in group.members:
+            proc = run.procs[k]
+            if run.alive and proc[2] is not None and proc[2][1] is group:
+                if group.compute and run.n == 1:
+                    alone.append(run.lo)
+                elif group.compute:
+                    for span in self._spans(run):
+                        self.compute_s[span] += took
+                proc[2] = None
+                ready.append((run, k))
+        if alone:                              # (a rank is in one run of a group: once each)
+            self.compute_s[alone] += took
+        # The runs it held that have since joined others hold it (their processes'
+        # states): the cycle freed now, not at the collector's next pass (``fast.run_fast``).
+        group.members.clear()
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -574,6 +776,16 @@ class _Ring:
         between its own ranks arrive at one instant; so do its end ranks' others where the
         neighbouring ranks have posted theirs (now, or before); an end rank whose neighbour
         has not splits off to wait for it."""
+        if self.hosts_apart and self.contention and 1 < run.n < self.p:
+            pieces = self._host_touchy(run)
+            if pieces is not None:
+                self._drop(run)
+                pieces = [run.copy(lo, n) for lo, n in pieces]
+                for piece in pieces:
+                    self._adopt(piece, k)
+                for piece in pieces:
+                    self._post(piece, k, step, nbytes)
+                return
         run.sent += nbytes
         run.received += nbytes
         if run.n == self.p:
@@ -669,7 +881,9 @@ class _Ring:
             theirs = other.procs[k][2]
             if theirs is None or theirs[0] != "step" or theirs[1] != pending[1]:
                 continue
-            t = self._delivered(pending[2], edge)
+            src = run.lo - 1 if side == 3 else run.lo
+            t = self._delivered(pending[2], edge, per_byte=self._edge_per_byte(src % p)
+                                if self.hosts_apart and self.contention else None)
             pending[side] = t
             theirs[7 - side] = t
             if theirs[3] is not None and theirs[4] is not None:
@@ -727,18 +941,14 @@ class _Ring:
                 if run.depth == 0:
                     for span in self._spans(run):
                         self.since[span] = self.now
-                    self._cpu_event()
-                    self.talking += run.n
-                    self._reschedule()
+                    self._talks(run, 1)
                 run.depth += 1
             elif kind == EXIT:
                 run.depth -= 1
                 if run.depth == 0:
                     for span in self._spans(run):
                         self.comm_s[span] += self.now - self.since[span]
-                    self._cpu_event()
-                    self.talking -= run.n
-                    self._reschedule()
+                    self._talks(run, -1)
             elif kind == WAIT:
                 self._timer(self.now + ins[1], run, k)
                 return
@@ -766,6 +976,16 @@ class _Ring:
                 for span in self._spans(run):
                     self.finish[span] = self.now
 
+    def _talks(self, run: _Run, delta: int) -> None:
+        """``run``'s ranks enter (1) or leave (-1) their collectives: their CPU's jobs are
+        advanced and its timer set again (``ProcessorSharingCPU.communicating``)."""
+        if self.hosts_apart:
+            self._host_talks(run, delta)
+            return
+        self._cpu_event()
+        self.talking += delta * run.n
+        self._reschedule()
+
     def _broadcast(self) -> None:
         """Every rank has reached the buffer broadcast: all leave when it is over."""
         start = np.zeros(self.p)
@@ -783,7 +1003,7 @@ class _Ring:
         """Where every rank is about to post the same ring step (``batch`` is every run's
         collective process, at one program position) and nothing else is due but compute
         jobs, equal steps at once (``fast_lockstep.equal_steps``)."""
-        if self.live_timers:
+        if self.live_timers or self.host_cpus or self.alike_cpus:
             return
         k = self.talker
         if len(batch) != len(self.first) or any(j != k for _, j in batch):
@@ -805,7 +1025,7 @@ class _Ring:
         # Compute jobs (the ranks' backward, a straggler's longer) all run at the pool's one
         # speed: the steps are equal until the first of them ends.
         threads = sum(job.weight for job in jobs)
-        gloo = float(self.p)
+        gloo = 2.0 if self.hosts_apart else float(self.p)   # (Gloo threads on a CPU)
         # The jobs' work left as of now (taken off them only if the steps are taken: the DES
         # advances its jobs at its CPU's events alone, and rounding follows that).
         done = (self.now - self.cpu_last) * self._rate() if jobs else 0.0
@@ -1479,7 +1699,7 @@ class _Ring:
             while self.timers and not self.timers[0][2].alive:
                 heapq.heappop(self.timers)
             due_timer = self.timers[0][0] if self.timers else None
-            due_job = self.cpu_due
+            due_job = self._host_due() if self.hosts_apart else self.cpu_due
             if due_timer is None and due_job is None:
                 return
             if due_timer is not None and (due_job is None or due_timer <= due_job):
@@ -1492,7 +1712,10 @@ class _Ring:
                         self.ready.append((run, k))
                 continue
             self.now = max(self.now, due_job)
-            self._end_jobs()
+            if self.hosts_apart:
+                self._host_ends()
+            else:
+                self._end_jobs()
 
     def per_rank(self):
         """(finish, compute, comm, sent, received), each an array over the ranks."""
