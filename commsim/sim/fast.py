@@ -73,6 +73,8 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    together join again.  O(p) events an iteration, most of them a straggler's staircase (a run
    parting from, or taking in, its end ranks a step at a time), taken outside the loop's
    batches (``_Ring._glide``), whole steps of the runs in step at once (``_Ring._stride``).
+   A ring per tensor of two ranks a host on each host's cores goes by runs too, a CPU for
+   each host a run's end shares with another run (O(p^2) events there: to about 230 ranks).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer

@@ -33,6 +33,15 @@ and the ranks a staircase leaves waiting, each on its own step, are held as one 
 neighbour looks at one of them (``_Stair``).  With one straggler, O(p) events an iteration
 instead of the DES's O(p²) messages an all-reduce; a budget of events stops runs that keep
 parting.
+
+Two ranks a host on each host's cores (``_Ring.hosts_apart``, a ring per tensor) go by runs
+with a CPU a host (``_Cpu``) instead of the pool: the hosts of runs that hold both their ranks
+and start one job together share one, and a host whose two ranks are in different runs has
+its own, on which a run's end rank that starts a job there runs it beside the other run's
+rank; with calibrated contention a host computing beside a collective slows the messages that
+leave or enter it, and a run's end ranks whose messages meet it post alone.  A straggler's
+delay tilts the ranks there, each step a little apart from a neighbour's: O(p^2) events
+(``covers``).
 """
 from __future__ import annotations
 
