@@ -85,6 +85,16 @@ def test_classes_by_the_highest_and_lowest_bit_apart_from_the_slow_host():
     assert finer[host[13]] == finer[host[15]] != finer[host[9]] == finer[host[11]]
 
 
+def test_classes_beside_several_slow_hosts_are_the_classes_beside_each_at_once():
+    """Beside hosts 5 and 40 of 64, two hosts share a class exactly where they share one
+    beside 5 and one beside 40; numbered densely from 0."""
+    both = fast_stand_ins.classes(64, 5, 40)
+    each = np.stack([fast_stand_ins.classes(64, 5), fast_stand_ins.classes(64, 40)], axis=1)
+    same = both[:, None] == both[None, :]
+    assert np.array_equal(same, (each[:, None] == each[None, :]).all(axis=2))
+    assert set(both.tolist()) == set(range(both.max() + 1))
+
+
 def test_a_host_acting_apart_alone_splits_its_subcube():
     """16 hosts beside host 5: the hosts of class (3, 2) (z = 12, 14) that meet class (3, 3)
     (z = 8 alone) at bit 2 act apart: z = 12 is split off, and so is every host of the
@@ -152,7 +162,12 @@ SLOW = [("ddp", 32, 2, 5, "rabenseifner", dict(broadcast_buffers=False), "vgg"),
         ("ddp", 16, 2, 15, "rabenseifner", dict(sync_every=2, bucket_bytes=25_000_000), "vgg"),
         ("ddp", 32, 2, 9, "rabenseifner", dict(compression="fp16"), BIG_FIRST),   # 3 rounds
         ("ddp", 128, 2, 77, "rabenseifner", {}, "vgg"),
-        ("ring", 128, 2, 100, "rabenseifner", dict(broadcast_buffers=False), BIG_FIRST)]
+        ("ring", 128, 2, 100, "rabenseifner", dict(broadcast_buffers=False), BIG_FIRST),
+        # (two and three slow links: classes beside each at once)
+        ("ddp", 32, 2, {10: 1.25e7, 19: 1.25e6}, "rabenseifner", {}, "vgg"),
+        ("ring", 64, 2, {22: 1.25e6, 59: 1.25e5}, "rabenseifner", {}, "vgg"),
+        ("ddp", 64, 2, {26: 1.25e5, 55: 1.25e5, 54: 6.25e7}, "rabenseifner",
+         dict(broadcast_buffers=False), DISTINCT)]
 
 
 @pytest.mark.parametrize("strategy, hosts, rph, h0, algorithm, kw, profile", SLOW,
@@ -161,7 +176,7 @@ SLOW = [("ddp", 32, 2, 5, "rabenseifner", dict(broadcast_buffers=False), "vgg"),
 def test_a_replay_by_class_beside_a_slow_link_is_the_des(monkeypatch, strategy, hosts, rph,
                                                         h0, algorithm, kw, profile):
     """One host a class (and stand-ins for the hosts they meet) replays every tensor or DDP
-    bucket: the DES's times, and the replay by class is what answered (at these sizes a
+    bucket beside one slow link or several: the DES's times, and the replay by class is what answered (at these sizes a
     replay of every rank costs no more, so the budget of rounds is lifted)."""
     monkeypatch.setattr(fast, "_REFINED_SHARE", 10.0)
     taken = []
@@ -170,7 +185,7 @@ def test_a_replay_by_class_beside_a_slow_link_is_the_des(monkeypatch, strategy, 
                         lambda *a: taken.append(replayed(*a)) or taken[-1])
     profile = load_default() if profile == "vgg" else profile
     sc = Scenario(global_batch=32 * rph * hosts, algorithm=algorithm, ranks_per_host=rph,
-                  slow_links_Bps={h0: 5e6}, cores_per_host=8,
+                  slow_links_Bps=h0 if isinstance(h0, dict) else {h0: 5e6}, cores_per_host=8,
                   **{"bucket_bytes": 4_000_000, **kw})
     assert_same(predict(profile, strategy, hosts, sc, engine="des"),
                 predict(profile, strategy, hosts, sc, engine="fast"))

@@ -118,7 +118,8 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   hosts, doubling goes by class too: recursive doubling a tensor or a bucket at a time
   (``_slow_link_by_tensor``, ``_slow_link_buckets``), Rabenseifner through every tensor or
   bucket at once, one host a class and stand-ins for the hosts a class meets that are not
-  replayed (``_slow_link_stand_ins``, ``commsim.sim.fast_stand_ins``).  The
+  replayed (``_slow_link_stand_ins``, ``commsim.sim.fast_stand_ins``), beside several slow
+  links too (the classes beside each at once).  The
   world ring and hierarchical keep one rank per NIC direction; linear ps's senders on one
   host queue behind each other, but only the root's last delivery counts, which queueing in
   front of its work-conserving receive direction does not change;
@@ -1686,7 +1687,7 @@ _REFINED_SHARE = 0.25
 def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     """``_sync_replayed``'s answer (``run``, every rank, with its bytes counted; when each rank
     is synchronised; its time in the collectives) where a doubling all-reduce over a power of
-    two of hosts, several ranks a host, goes by class beside one slow link
+    two of hosts, several ranks a host, goes by class beside slow links
     (``fast_stand_ins``): the whole iteration (every tensor, or DDP's buckets beside backward)
     replayed on one host a class, stand-ins for the hosts each meets that are not replayed;
     None where that does not apply or the classes part.
@@ -1702,7 +1703,7 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
     c = spec.cluster
     p, rph, hosts = spec.world_size, c.ranks_per_host, c.hosts
     slow = c.slow_links_Bps or {}
-    if (algorithm not in ("recursive_doubling", "rabenseifner") or len(slow) != 1
+    if (algorithm not in ("recursive_doubling", "rabenseifner") or not slow
             or spec.stragglers or (spec.group_size or p) != p or rph < 2 or rph & (rph - 1)
             or hosts & (hosts - 1) or hosts < 4 or run.ranks.size != p
             or run.sharing or run.r < run.a):
@@ -1712,8 +1713,7 @@ def _slow_link_stand_ins(run: Run, algorithm: str, buckets: bool, start):
         # host: the first's last send is to the second; replayed apart from it, the order of
         # ranks due at one instant would be guessed)
         return None
-    h0, = slow
-    cls = fast_stand_ins.classes(hosts, h0)
+    cls = fast_stand_ins.classes(hosts, *slow)
     steps = doubling_steps(algorithm, p, costs.gamma_s_per_B)
     replayed = 0                             # (hosts replayed so far, in every round)
     while True:
