@@ -30,6 +30,9 @@ CPU = {
     "pool+efficiency": dict(shared_cpu_cores=2, cpu_efficiency=EFFICIENCY),
     "pool, 1.5 cores": dict(shared_cpu_cores=1.5),
     "roomy pool": dict(shared_cpu_cores=8),
+}
+# Two ranks a host on each host's cores (a ring per tensor: ``_Ring.hosts_apart``).
+HOSTS = {
     "a core a host": dict(cores_per_host=1),
     "1.5 cores a host+efficiency": dict(cores_per_host=1.5, cpu_efficiency=EFFICIENCY),
 }
@@ -42,7 +45,7 @@ RING_ONLY = ("compression", "overlap", "broadcast_buffers")
 
 
 def check(profile, strategy, hosts, stragglers, cpu=None, local=1, **kw):
-    extra = dict(CPU[cpu]) if cpu else dict(cores_per_host=2)
+    extra = dict({**CPU, **HOSTS}[cpu]) if cpu else dict(cores_per_host=2)
     if strategy == "ring":
         kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
     sc = Scenario(global_batch=64 * hosts * local, bucket_bytes=500_000, ranks_per_host=local,
@@ -166,7 +169,7 @@ def test_events_grow_with_the_ranks(strategy):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted(CPU)),
+@given(profile=st.sampled_from(sorted(PROFILES)), cpu=st.sampled_from(sorted({**CPU, **HOSTS})),
        strategy=st.sampled_from(["ddp", "ring"]), hosts=st.sampled_from([2, 3, 5, 8, 13]),
        options=st.lists(st.sampled_from(sorted(OPTIONS)), max_size=3, unique=True),
        slow=st.dictionaries(st.integers(0, 12), st.sampled_from([0.5, 0.8, 1.2, 1.5, 3.0]),
@@ -178,6 +181,8 @@ def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, option
     kw = {}
     for name in options:
         kw.update(OPTIONS[name])
+    if cpu in HOSTS:
+        local = 2                         # (one rank a host on its cores: the recurrences)
     stragglers = {rank % (hosts * local): factor for rank, factor in slow.items()}
     if local > 1:
         kw.pop("algorithm", None)         # hierarchical's trees inside hosts: not a world ring
@@ -185,7 +190,7 @@ def test_random_combinations_match_the_des(profile, cpu, strategy, hosts, option
     if strategy == "ring":
         kw = {k: v for k, v in kw.items() if k not in RING_ONLY}
     sc = Scenario(global_batch=64 * hosts * local, bucket_bytes=bucket_bytes,
-                  ranks_per_host=local, stragglers=stragglers, **CPU[cpu], **kw)
+                  ranks_per_host=local, stragglers=stragglers, **{**CPU, **HOSTS}[cpu], **kw)
     assert_same(predict(PROFILES[profile], strategy, hosts, sc, engine="des"),
                 predict(PROFILES[profile], strategy, hosts, sc, engine="fast"))
 

@@ -127,7 +127,7 @@ def test_the_fast_engine_s_replays_are_the_same_both_ways(seen, monkeypatch):
 # The DES's processor sharing (``SharedCpus``): crowded hosts out of step (each host's jobs
 # apart), one pool of cores (a heap of jobs), an efficiency curve, calibrated contention, the
 # binomial parameter server's replay by class (GHOST).
-SHARED = [(PROFILE, "ring", 2, dict(ranks_per_host=2, cores_per_host=1, stragglers={1: 1.5})),
+SHARED = [(PROFILE, "ddp", 2, dict(ranks_per_host=2, cores_per_host=1, stragglers={1: 1.5})),
           (PROFILE, "ps", 4, dict(ranks_per_host=3, cores_per_host=1, stragglers={1: 1.5})),
           (profile_named("contended"), "ddp", 3, dict(
               ranks_per_host=4, shared_cpu_cores=2, algorithm="hierarchical",
