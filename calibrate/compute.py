@@ -119,10 +119,13 @@ def round_slots(reps: int, rounds: int) -> set[int]:
 
 class RoundSweep:
     """An interleaved sweep's plan (see ``interleaved``): every size warmed up, its last warm-up
-    setting its repetitions (``planned_reps``), and the (size, round) ``slots`` in timing order:
-    round by round, every size once in the rounds ``round_slots`` gives it."""
+    setting its repetitions (``planned_reps``) unless ``planned`` has them (a resumed sweep: the
+    plan its saved rounds were taken in, whatever the machine's speed now), and the (size,
+    round) ``slots`` in timing order: round by round, every size once in the rounds
+    ``round_slots`` gives it."""
 
-    def __init__(self, bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None):
+    def __init__(self, bench: ComputeBench, spec: "ComputeSpec", batch_sizes=None,
+                 planned: dict | None = None):
         self.bench, self.spec = bench, spec
         sizes = tuple(spec.batch_sizes if batch_sizes is None else batch_sizes)
         self.inputs = {b: bench.batch(b) for b in sizes}
@@ -132,7 +135,7 @@ class RoundSweep:
             for _ in range(spec.warmup):
                 f, bw, o, _ = bench.iteration(*self.inputs[b])
                 first = f + bw + o
-            self.planned[b] = planned_reps(first, spec)
+            self.planned[b] = (planned or {}).get(b) or planned_reps(first, spec)
         rounds = max(self.planned.values(), default=0)
         given = {b: round_slots(n, rounds) for b, n in self.planned.items()}
         self.slots = [(b, r) for r in range(rounds) for b in sizes if r in given[b]]

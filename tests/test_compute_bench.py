@@ -153,3 +153,27 @@ def test_the_contended_table_is_the_slowest_ranks():
     assert slow["per_rank"] is per_rank and rec["forward_s"] == pooled["forward_s"]
     bare = {k: v for k, v in rec.items() if k != "per_rank"}
     assert slowest_rank(bare) == bare
+
+
+def test_a_resumed_sweep_keeps_the_plan_its_saved_rounds_were_taken_in():
+    """A size's repetitions come from its last warm-up (``planned_reps``), so a resumed run on
+    a machine whose speed has drifted would plan other rounds; given the saved plan
+    (``planned``, each record's "of"), its slots are the first run's."""
+    from commsim.calibrate.compute import ComputeSpec, RoundSweep
+
+    class Bench:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def batch(self, b):
+            return (b,)
+
+        def iteration(self, b):
+            return self.seconds * b, 0.0, 0.0, []
+
+    spec = ComputeSpec(model="m:f", input_shape=(1,), batch_sizes=(2, 4), min_measure_s=2.0)
+    first = RoundSweep(Bench(0.1), spec)
+    drifted = RoundSweep(Bench(0.3), spec)
+    assert drifted.planned != first.planned          # (the plan follows the warm-up's speed)
+    resumed = RoundSweep(Bench(0.3), spec, planned=first.planned)
+    assert resumed.planned == first.planned and resumed.slots == first.slots

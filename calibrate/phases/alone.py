@@ -54,7 +54,13 @@ class Alone(Phase):
         todo = [b for b in spec.batch_sizes if ComputeKey("alone", b) not in ctx.taken]
         if not todo or not (ctx.rank == 0 or ctx.colocated == 1):
             return
-        self.sweep = K.RoundSweep(ctx.bench, spec, todo)  # the warm-ups plan the rounds
+        # The warm-ups plan the rounds; a resumed run keeps the plan its saved rounds were
+        # taken in (re-planned on a machine whose speed has drifted, a size's repetitions
+        # change, and with them the rounds it runs in: saved ones unused, new ones timed).
+        saved = {key.batch_size: record["of"] for key, record in ctx.taken.items()
+                 if isinstance(key, ComputeKey) and key.mode == "alone"
+                 and key.round is not None}
+        self.sweep = K.RoundSweep(ctx.bench, spec, todo, planned=saved)
         for b, r in self.sweep.slots:
             yield ComputeKey("alone", b, r)
         if ctx.input_shape == K.CIFAR_SHAPE:
