@@ -551,8 +551,8 @@ class _Ring:
                 cpu = self.host_cpus.get(host)
                 if cpu is None:
                     # (its ranks are the last of one run and the first of the next)
-                    talking = sum(1 for run in (self.last[2 * host], self.first[2 * host + 1])
-                                  if run.depth)
+                    talking = sum(1 for other in (self.last[2 * host],
+                                                  self.first[2 * host + 1]) if other.depth)
                     cpu = self.host_cpus[host] = _Cpu(self.now, host=host, talking=talking)
                 weight = threads
             else:
@@ -645,9 +645,10 @@ class _Ring:
         p = self.p
         if run.n == p:
             return
-        ends = {run.lo // 2 if run.lo % 2 else None,
-                (run.lo + run.n - 1) % p // 2 if (run.lo + run.n - 1) % 2 == 0 else None}
-        for host in ends:
+        end = (run.lo + run.n - 1) % p
+        shared = {rank // 2 for rank, alone in ((run.lo, run.lo % 2), (end, end % 2 == 0))
+                  if alone}                    # (a one-rank run's host once)
+        for host in shared:
             cpu = self.host_cpus.get(host)
             if cpu is not None:
                 self._host_advance(cpu)
