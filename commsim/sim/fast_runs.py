@@ -175,6 +175,23 @@ class _Group:
         self.members = []                          # (run, process)
 
 
+def _advance(groups: dict, progress: float) -> None:
+    """Every job of ``groups`` advanced by ``progress`` work (``ProcessorSharingCPU._advance``:
+    the elapsed time times the rate, taken off each)."""
+    for group in groups.values():
+        group.left -= progress
+
+
+def _due(now: float, groups: dict, rate: float) -> float:
+    """When the first of ``groups``' jobs ends at ``rate`` from ``now`` (``_reschedule``)."""
+    return now + max(0.0, min(group.left for group in groups.values()) / rate)
+
+
+def _ending(groups: dict) -> list:
+    """The keys of ``groups``' jobs that end now (``engine.finished``)."""
+    return finished({key: [group.left] for key, group in groups.items()})
+
+
 class _Cpu:
     """Where each host has cores of its own (``_Ring.hosts_apart``), the cores of hosts whose
     jobs run alike: the hosts of runs that hold both their ranks and start one job at one
@@ -575,17 +592,14 @@ class _Ring:
     def _host_advance(self, cpu: _Cpu) -> None:
         """``cpu``'s jobs advanced to now (``ProcessorSharingCPU._advance``)."""
         if cpu.groups and self.now > cpu.last:
-            progress = (self.now - cpu.last) * self._host_rate(cpu)
-            for group in cpu.groups.values():
-                group.left -= progress
+            _advance(cpu.groups, (self.now - cpu.last) * self._host_rate(cpu))
         cpu.last = self.now
 
     def _host_reschedule(self, cpu: _Cpu) -> None:
         """``cpu``'s timer set again (``ProcessorSharingCPU._reschedule``)."""
         cpu.version += 1
         if cpu.groups:
-            due = self.now + max(0.0, min(group.left for group in cpu.groups.values())
-                                 / self._host_rate(cpu))
+            due = _due(self.now, cpu.groups, self._host_rate(cpu))
             heapq.heappush(self.cpu_timers, (due, self.order, cpu, cpu.version))
             self.order += 1
 
@@ -670,7 +684,7 @@ class _Ring:
             if version != cpu.version:
                 continue
             self._host_advance(cpu)
-            for key in finished({key: [group.left] for key, group in cpu.groups.items()}):
+            for key in _ending(cpu.groups):
                 group = cpu.groups.pop(key)
                 cpu.busy -= group.weight
                 if group.compute:
@@ -687,9 +701,7 @@ class _Ring:
         """The pool's jobs advanced to now at the speed they had
         (``ProcessorSharingCPU._advance``, at the same instants)."""
         if self.groups and self.now > self.cpu_last:
-            progress = (self.now - self.cpu_last) * self._rate()
-            for group in self.groups.values():
-                group.left -= progress
+            _advance(self.groups, (self.now - self.cpu_last) * self._rate())
         self.cpu_last = self.now
 
     def _reschedule(self) -> None:
@@ -701,13 +713,12 @@ class _Ring:
             return
         self.cpu_due = None
         if self.groups:
-            self.cpu_due = self.now + max(
-                0.0, min(group.left for group in self.groups.values()) / self._rate())
+            self.cpu_due = _due(self.now, self.groups, self._rate())
 
     def _finished(self) -> list:
         """The pool's jobs advanced to now; the keys of those that end now."""
         self._cpu_event()
-        return finished({key: [group.left] for key, group in self.groups.items()})
+        return _ending(self.groups)
 
     def _end_jobs(self, ended: list | None = None) -> None:
         """The jobs that end now (``ended``: their keys, from ``_finished``) end: their
