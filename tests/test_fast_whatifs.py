@@ -652,6 +652,23 @@ def test_random_vgg_combinations_on_shared_hosts(case):
         assert_same(des, auto)
 
 
+@pytest.mark.parametrize("factor, bucket_mb", [("2.0", None), ("0.7", 4), ("2.3", 1)])
+def test_a_rank_alone_computes_its_seconds_as_the_des_sums_them(factor, bucket_mb):
+    """One DDP rank whose threads and Gloo's fill its cores (the shared CPUs' replay), a
+    straggler: no communication, so its exposed seconds are iteration - compute, zero in the
+    DES.  The replay's compute seconds are each job's added in turn, and each backward job's
+    work its share of backward times the factor, in the DES's arithmetic: a last bit apart
+    would leave 1e-16 s exposed (found by a random scan with ``--threads-per-rank``)."""
+    sc = scenario(batch_per_rank=32, threads_per_rank=3, cores_per_host=3, bucket_mb=bucket_mb,
+                  no_buffer_broadcast=True, straggler=[f"0:{factor}"])
+    profile = load_default()
+    des = predict(profile, "ddp", 1, sc, engine="des")
+    fast = predict(profile, "ddp", 1, sc, engine="fast")
+    assert fast.iteration_s == des.iteration_s
+    assert fast.per_rank[0]["compute_s"] == des.per_rank[0]["compute_s"]
+    assert fast.exposed_comm_s == des.exposed_comm_s == 0.0
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(combinations())
 def test_random_combinations(case):

@@ -640,7 +640,8 @@ static int cpu_finish_due(S *s, int64_t c, double t) {
         s->busy_threads[c] -= job->threads;
         if (job->compute) {
             s->computing[c] -= job->threads;
-            s->compute_s[job->k] = s->compute_s[job->k] + t - s->started[job->k];
+            /* (a job's seconds, then added: the DES's sum) */
+            s->compute_s[job->k] = s->compute_s[job->k] + (t - s->started[job->k]);
             s->has_compute[job->k] = 1;
         }
     }

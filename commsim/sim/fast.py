@@ -1834,7 +1834,7 @@ def _sync_replayed(run: Run, blocks, algorithm: str, buckets: bool, after_broadc
         if buckets:
             if f not in backward:
                 backward[f] = [(fast_queues.SPAWN,),
-                               *_backward_by_bucket(spec, costs, costs.backward_s * f),
+                               *_backward_by_bucket(spec, costs, f),
                                (fast_queues.JOIN,)]
             program += backward[f]
         else:
@@ -1937,20 +1937,22 @@ def _compute_programs(run: Run, buckets: bool, messages, alike: bool, after_broa
     return steps, begin, known
 
 
-def _backward_by_bucket(spec: RunSpec, costs: CostInputs, work: float):
-    """DDP's backward (``strategies.ddp``): with overlap, a job per bucket up to its ready
-    point, each bucket signalled ready after it, then the rest; without, the whole backward,
-    then every bucket."""
+def _backward_by_bucket(spec: RunSpec, costs: CostInputs, factor: float):
+    """DDP's backward (``strategies.ddp``) of a rank computing ``factor`` times as long: with
+    overlap, a job per bucket up to its ready point, each bucket signalled ready after it,
+    then the rest; without, the whole backward, then every bucket.  (Each job's work in the
+    DES's arithmetic: its share of backward, then times the factor, as ``SimContext.compute``
+    slows it.)"""
     program, done = [], 0.0
     for i, bucket in enumerate(costs.buckets):
         if spec.overlap:
-            segment = (bucket.ready_fraction - done) * work
+            segment = (bucket.ready_fraction - done) * costs.backward_s
             if segment > 0:
-                program.append((fast_queues.COMPUTE, segment))
+                program.append((fast_queues.COMPUTE, segment * factor))
             done = max(done, bucket.ready_fraction)
             program.append((fast_queues.SIGNAL, i))
     if done < 1.0:
-        program.append((fast_queues.COMPUTE, (1.0 - done) * work))
+        program.append((fast_queues.COMPUTE, (1.0 - done) * costs.backward_s * factor))
     if not spec.overlap:
         program += [(fast_queues.SIGNAL, i) for i in range(len(costs.buckets))]
     return program

@@ -297,7 +297,7 @@ class SharedCpus:
             busy[c] -= threads
             if compute:
                 computing[c] -= threads
-                compute_s[k] = compute_s.get(k, 0.0) + t - self.started[k]
+                compute_s[k] = compute_s.get(k, 0.0) + (t - self.started[k])    # (the DES's sum)
         return [job[2] for job in ended]
 
     def ends_alone(self, c: int, k: int, starts, works) -> np.ndarray:
@@ -318,7 +318,7 @@ class SharedCpus:
             return
         for k, start, end in zip(ks, np.asarray(starts).tolist(), np.asarray(ends).tolist()):
             self.started[k] = start
-            self.compute_s[k] = self.compute_s.get(k, 0.0) + end - start
+            self.compute_s[k] = self.compute_s.get(k, 0.0) + (end - start)
             self.comm_s[k] = self.comm_s.get(k, 0.0) + start - end
         self.last[c] = float(ends[-1])
         self.done[c] = 0.0
