@@ -87,6 +87,10 @@ OPTIONS = {
     "no-buffer-broadcast": ({"no_buffer_broadcast": True}, ("ddp",)),
     "cores-per-host 1": ({"cores_per_host": 1}, ("ddp", "ring", "ps")),
     "shared-cpu-cores 2": ({"shared_cpu_cores": 2}, STRATEGIES),
+    "threads-per-rank 2": ({"threads_per_rank": 2}, STRATEGIES),
+    "compute-scale 0.5": ({"compute_scale": 0.5}, STRATEGIES),
+    "bandwidth 10gbit": ({"bandwidth": "10gbit"}, STRATEGIES),
+    "latency 50us": ({"latency": "50us"}, STRATEGIES),
 }
 # Pairs of options the strategies refuse together (none left: hierarchical within groups is
 # modelled).
@@ -323,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per prediction or command")
     ap.add_argument("--combos", action="store_true",
                     help="1,000 and 1,024 ranks (unless --ranks), triples, in-process only")
+    ap.add_argument("--only", metavar="OPTION", action="append",
+                    help="only the rows with this option (repeatable: with any of them)")
     ap.add_argument("--against-des", type=int, metavar="S",
                     help=f"rows of {REPLAYED_S} s or more also against the DES (S s at most)")
     args = ap.parse_args(argv)
@@ -345,6 +351,8 @@ def main(argv=None) -> int:
     missed, declines = [], []
     checked, off = [], []                  # (--against-des) each row's difference; those over
     for label, strategy, options in cases(not args.no_pairs, args.combos):
+        if args.only and not set(args.only) & set(label.split(" + ")):
+            continue
         single = "+" not in label
         for ranks in rank_counts:
             if ranks % options.get("ranks_per_host", 1):
