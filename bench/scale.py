@@ -163,6 +163,12 @@ def cases(pairs: bool, triples: bool = False):
     return out
 
 
+def wanted(label: str, only) -> bool:
+    """Whether a row of options ``label`` (names joined by " + ") is run under ``--only``: every
+    row without it, else those holding any of its options."""
+    return not only or bool(set(only) & set(label.split(" + ")))
+
+
 def nodes_for(ranks: int, options: dict) -> int:
     return ranks // options.get("ranks_per_host", 1)
 
@@ -351,7 +357,7 @@ def main(argv=None) -> int:
     missed, declines = [], []
     checked, off = [], []                  # (--against-des) each row's difference; those over
     for label, strategy, options in cases(not args.no_pairs, args.combos):
-        if args.only and not set(args.only) & set(label.split(" + ")):
+        if not wanted(label, args.only):
             continue
         single = "+" not in label
         for ranks in rank_counts:
