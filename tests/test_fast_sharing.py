@@ -227,6 +227,28 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
                       predict(chosen, "dp", hosts, sc, engine="fast"))
 
 
+@pytest.mark.parametrize("strategy, hosts, cpu", [
+    ("ps", 3, dict(shared_cpu_cores=2)), ("ps", 5, dict(shared_cpu_cores=2, ranks_per_host=2)),
+    ("ps", 4, dict(cores_per_host=1, ranks_per_host=2)),
+    ("ps", 5, dict(cores_per_host=1, ranks_per_host=2, sync_every=2)),
+    ("dp", 8, dict(shared_cpu_cores=8, stragglers={6: 1.5}, bandwidth_Bps=1.25e9,
+                   compute_scale=0.5))],
+                         ids=["ps pool", "ps pool 2 a host", "ps 2 on a core",
+                              "ps 2 on a core local steps", "dp pool"])
+def test_no_latency_keeps_the_des_order_at_a_delivery(strategy, hosts, cpu):
+    """With no latency a message is delivered at the instant the next one on its direction
+    starts.  The root's scatter: the rank resumes and steps first, under that message
+    (``_last_scatter_in_pool``; with ranks beside it on its host the recurrences do not hold
+    and the scatter is replayed, ``_steps_meet_the_last_scatter``).  A gather: the next
+    message, waiting on the receive direction alone, starts first (``_data_parallel_in_pool``).
+    Contention makes the order matter: 1e-3 apart where a tie went the other way."""
+    local = cpu.get("ranks_per_host", 1)
+    sc = Scenario(global_batch=64 * hosts * local, latency_s=0.0, **cpu)
+    chosen = contended(PROFILE)
+    assert_same(predict(chosen, strategy, hosts, sc, engine="des"),
+                predict(chosen, strategy, hosts, sc, engine="fast"))
+
+
 @pytest.mark.parametrize("uneven, bulk, gathered", [
     ({}, 32, [31]), (dict(stragglers={20: 30.0}), 21, []),
     (dict(stragglers={0: 2.0, 7: 0.3}), 32, [31]), (dict(slow_links_Bps={5: 3e6}), 32, [31])],

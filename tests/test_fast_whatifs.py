@@ -619,7 +619,7 @@ def vgg_combinations(draw):
     nodes, local = draw(st.integers(1, 6)), draw(st.integers(2, 4))
     opts = dict(batch_per_rank=32, ranks_per_host=local,
                 bandwidth=draw(st.sampled_from(["100mbit", "1gbit", "10gbit"])),
-                latency=draw(st.sampled_from([None, "50us", "2ms"])),
+                latency=draw(st.sampled_from([None, "0", "50us", "2ms"])),
                 sync_every=draw(st.integers(1, 2)),
                 # (more threads a rank than calibrated: hosts' cores run short sooner)
                 threads_per_rank=draw(st.sampled_from([None, 1, 2, 3])),

@@ -2083,6 +2083,11 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
     t, entered, first, gathered = backward_end.copy(), backward_end, 0, None
     binomial = p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial"
+    if p > 1 and not binomial and _steps_meet_the_last_scatter(spec, costs):
+        run = Run(spec, costs, np.arange(p))
+        run.sharing = True
+        finish = _linear_ps_replayed(run)
+        return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
     if p > 1 and _cpu_reason(spec, costs) is not None:
         # Jobs share a CPU out of step: the DES's processor sharing, replayed.
         run = Run(spec, costs, np.arange(p))
@@ -2206,7 +2211,9 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
         now = min(due, arrival, begin)
         if now == np.inf:
             break
-        if now == begin:                 # the next message takes the root's transmit side
+        # (a share delivered as the next message would start, with no latency, comes first:
+        # in the DES its rank resumes and steps before that message has both directions)
+        if now == begin and now != arrival:    # the next message takes the root's transmit side
             k = senders[i]
             start = now + cpus.message_s(0, k, nbytes, nbytes * per_byte[k - 1])
             heapq.heappush(deliveries, (start + c.nic_latency_s, k))
@@ -2244,6 +2251,18 @@ def _optimizer_beside_root(spec: RunSpec, costs: CostInputs, t: float, nbytes: f
     begin = t + intra_lat + nbytes / intra_bw
     alone = sharing_rate(spec, threads) * costs.compute_speed(load)
     return begin, begin + work / alone, 1.0 / costs.contended_Bps(load)
+
+
+def _steps_meet_the_last_scatter(spec: RunSpec, costs: CostInputs) -> bool:
+    """Whether linear ps's last scatter meets the ranks' steps where its recurrences have it
+    not: with no latency, a rank's share arrives at the instant the root's next message, to the
+    rank beside it on its host, starts, and in the DES the rank resumes and steps first, so
+    that message is held to the contended rate at their host's load.  The recurrences have
+    host-mates step only once both have their shares (``_in_step``; ``_optimizer_beside_root``
+    the root's own host); on one pool ``_last_scatter_in_pool`` keeps the DES's order."""
+    c = spec.cluster
+    return (c.nic_latency_s == 0 and c.shared_cpu_cores is None and c.ranks_per_host > 1
+            and bool(costs.contention))
 
 
 def _root_messages(run: Run, messages, src, dst, nbytes: float, collective: str) -> list:
@@ -2570,7 +2589,9 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
     (``fast_queues.SharedCpus``, whose load also caps each message when it starts).  Steps:
     an event loop over the jobs' ends, the deliveries, the devices' posts after the gather's
     overhead, device 0's own timer and its direction's next message; at one instant in that
-    order (a delivery's device acts before device 0, whose all-of resumes it after)."""
+    order (a delivery's device acts before device 0, whose all-of resumes it after), but for a
+    gather's next message at its instant, with no latency: in the DES it waits for the receive
+    direction alone and takes it before the device whose message ended acts on its delivery."""
     from collections import deque
 
     c = spec.cluster
@@ -2644,7 +2665,8 @@ def _data_parallel_in_pool(spec: RunSpec, costs: CostInputs, inputs: float,
             # The pool's timer, set again where its jobs or talking ranks change (only there:
             # it counts the work done from the last change).
             due = cpus.next_end(0, now) or inf
-        elif deliveries and now == deliveries[0][0]:
+        elif deliveries and now == deliveries[0][0] and not (gathering and now == rx_next):
+            # (a delivery, or with no latency the gather's next message first: see above)
             _, k = deliveries.popleft()
             delivered += 1
             collective, nbytes, gather, work = phases[phase]
