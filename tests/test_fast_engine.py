@@ -36,6 +36,12 @@ def rel(a, b):
 def assert_same(des, fast):
     assert fast.engine == "fast"
     for field in SUMMARY:
+        if field == "exposed_comm_s":
+            # iteration - compute: its rounding is the iteration's, however small the
+            # difference (a rank that never communicates: 0.0 in one engine, 1e-16 in the
+            # other where they sum its compute jobs in another order)
+            assert abs(des.exposed_comm_s - fast.exposed_comm_s) < TOL * des.iteration_s, field
+            continue
         assert rel(getattr(des, field), getattr(fast, field)) < TOL, field
     assert abs(des.overlap_fraction - fast.overlap_fraction) < TOL
     assert des.critical_rank == fast.critical_rank or rel(des.iteration_s, fast.iteration_s) < TOL
