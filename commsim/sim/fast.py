@@ -2083,11 +2083,6 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
     compute = begin + (forward - begin) + (backward_end - forward) + optimizer
     t, entered, first, gathered = backward_end.copy(), backward_end, 0, None
     binomial = p > 1 and get_strategy(spec.strategy).algorithm(spec) == "binomial"
-    if p > 1 and not binomial and _steps_meet_the_last_scatter(spec, costs):
-        run = Run(spec, costs, np.arange(p))
-        run.sharing = True
-        finish = _linear_ps_replayed(run)
-        return _ps_timing(spec, costs, finish, run.compute_s, run.comm_s)
     if p > 1 and _cpu_reason(spec, costs) is not None:
         # Jobs share a CPU out of step: the DES's processor sharing, replayed.
         run = Run(spec, costs, np.arange(p))
@@ -2131,6 +2126,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
                        _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
     b = sharing_rate(spec, 1)            # the root's mean, the ranks beside it waiting
     cores, sharers = cpu_of(spec)
+    stepping = c.shared_cpu_cores is not None or _steps_meet_the_last_scatter(spec, costs)
     for i, n in enumerate(costs.param_bytes[first:] if p > 1 else (), start=first):
         if i > 0 or gathered is None:
             post = t + costs.overhead("gather")
@@ -2138,7 +2134,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         mean_work = p * n * costs.mean_s_per_B
         scatter = gathered + mean_work / b + costs.overhead("scatter")
         last = i == len(costs.param_bytes) - 1
-        if last and c.shared_cpu_cores is not None:
+        if last and stepping:
             t, finish = _last_scatter_in_pool(spec, costs, scatter, n, costs.optimizer_s * f)
             break
         capped = _optimizer_beside_root(spec, costs, scatter, n, optimizer[1] * a) \
@@ -2147,7 +2143,7 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         t = np.concatenate(([delivered.max()], delivered))
     else:
         finish = t + optimizer
-    if sharers > 1 and c.shared_cpu_cores is None:     # a host's ranks step at different times
+    if sharers > 1 and not stepping:     # a host's ranks step at different times
         finish = shared_ends(t.reshape(-1, sharers), (optimizer * a).reshape(-1, sharers),
                              costs.threads_per_rank, cores, c.cpu_efficiency,
                              tuple((x, sp) for x, _, sp in costs.contention)).ravel()
@@ -2169,18 +2165,20 @@ def _ps_timing(spec: RunSpec, costs: CostInputs, finish, compute, comm) -> Timin
 
 
 def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: float, work):
-    """The root's last scatter from ``t`` with every rank on one pool of cores: each rank
-    steps (``work`` seconds at full speed each) as soon as it has its share, while the root
-    still sends to the others, so the pool's load grows under the root's later messages (held
-    to the calibrated contended rate at that load when they start) and the steps share the
-    cores, slowed by the calibrated compute speed while ranks still wait in the scatter.
-    Returns (per rank: when it left the scatter, when its step ended).
+    """The root's last scatter from ``t`` with every rank on one pool of cores (or, with no
+    latency, on its host's cores: ``_steps_meet_the_last_scatter``): each rank steps (``work``
+    seconds at full speed each) as soon as it has its share, while the root still sends to the
+    others, so the load grows under the root's later messages (held to the calibrated
+    contended rate at the busier end's load when they start) and the steps share the cores,
+    slowed by the calibrated compute speed while ranks still wait in the scatter.  Returns (per
+    rank: when it left the scatter, when its step ended).
 
     Steps: an event loop over the messages' starts (one after another on the root's transmit
     direction, in rank order; those to the root's host-mates need no NIC and arrive at once),
     the deliveries (the rank leaves the scatter and steps; after the last, the root) and the
-    steps' ends, the pool the DES's processor sharing (``fast_queues.SharedCpus``, whose load
-    also caps a message when it starts): O(p log p)."""
+    steps' ends, the CPUs the DES's processor sharing (``fast_queues.SharedCpus``, whose load
+    also caps a message when it starts; a host's by each job's work left), each CPU's next end
+    on a heap: O(p log p)."""
     import heapq
 
     c = spec.cluster
@@ -2191,21 +2189,37 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
     deliveries = [(t + intra_lat + nbytes / intra_bw, k) for k in range(1, p) if host[k - 1] == 0]
     heapq.heapify(deliveries)
     senders = [k for k in range(1, p) if host[k - 1] != 0]
-    cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
-                                  c.cpu_efficiency, costs)
+    if c.shared_cpu_cores is not None:
+        cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
+                                      c.cpu_efficiency, costs)
+    else:
+        cpus = fast_queues.SharedCpus((np.arange(p) // c.ranks_per_host).tolist(),
+                                      c.cores_per_host, costs.threads_per_rank,
+                                      c.cpu_efficiency, costs, per_job=True)
     for k in range(p):                 # every rank is inside the scatter
         cpus.communicating(k, t, 1)
     left = np.zeros(p)
     finish = np.empty(p)
     waiting = p - 1                    # ranks still to receive their share
-    start, i, due = t, 0, np.inf
+    start, i = t, 0
+    ends, version = [], {}             # (next end, CPU, its version): set where its jobs change
 
     def leave_and_step(k, now):
         left[k] = now
         cpus.communicating(k, now, -1)
         cpus.arrive(k, now, work[k], True)
+        changed(cpus.cpu[k], now)
+
+    def changed(cpu, now):
+        version[cpu] = version.get(cpu, 0) + 1
+        end = cpus.next_end(cpu, now)
+        if end is not None:
+            heapq.heappush(ends, (end, cpu, version[cpu]))
 
     while True:
+        while ends and ends[0][2] != version[ends[0][1]]:
+            heapq.heappop(ends)
+        due = ends[0][0] if ends else np.inf
         arrival = deliveries[0][0] if deliveries else np.inf
         begin = start if i < len(senders) else np.inf
         now = min(due, arrival, begin)
@@ -2226,9 +2240,10 @@ def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: fl
             if waiting == 0:             # the root's sends are all delivered: it steps too
                 leave_and_step(0, now)
         else:
-            for k in cpus.finish_due(0, now):
+            cpu = heapq.heappop(ends)[1]
+            for k in cpus.finish_due(cpu, now):
                 finish[k] = now
-        due = cpus.next_end(0, now) or np.inf    # set again where the pool's jobs changed
+            changed(cpu, now)
     return left, finish
 
 
@@ -2259,7 +2274,8 @@ def _steps_meet_the_last_scatter(spec: RunSpec, costs: CostInputs) -> bool:
     rank beside it on its host, starts, and in the DES the rank resumes and steps first, so
     that message is held to the contended rate at their host's load.  The recurrences have
     host-mates step only once both have their shares (``_in_step``; ``_optimizer_beside_root``
-    the root's own host); on one pool ``_last_scatter_in_pool`` keeps the DES's order."""
+    the root's own host): there too the last scatter then goes by the events of
+    ``_last_scatter_in_pool``, which keeps the DES's order."""
     c = spec.cluster
     return (c.nic_latency_s == 0 and c.shared_cpu_cores is None and c.ranks_per_host > 1
             and bool(costs.contention))
