@@ -91,6 +91,7 @@ OPTIONS = {
     "compute-scale 0.5": ({"compute_scale": 0.5}, STRATEGIES),
     "bandwidth 10gbit": ({"bandwidth": "10gbit"}, STRATEGIES),
     "latency 50us": ({"latency": "50us"}, STRATEGIES),
+    "latency 0": ({"latency": "0"}, STRATEGIES),       # (deliveries tie with the next start)
 }
 # Pairs of options the strategies refuse together (none left: hierarchical within groups is
 # modelled).
