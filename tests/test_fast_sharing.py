@@ -161,7 +161,7 @@ def test_parameter_server_crowded_with_the_bundled_profile():
                                  dict(shared_cpu_cores=8)], ids=["1", "2", "2+efficiency", "8"])
 def test_parameter_server_in_one_pool(profile, hosts, local, cpu):
     """Every rank on one pool: each steps as soon as it has its share of the last scatter,
-    loading the pool under the root's later messages (``fast._last_scatter_in_pool``)."""
+    loading the pool under the root's later messages (``fast._last_scatter_by_events``)."""
     check(profile, "ps", hosts, local, 1.0 * local, **cpu)
 
 
@@ -238,8 +238,8 @@ def test_data_parallel_in_one_pool(profile, hosts, uneven):
 def test_no_latency_keeps_the_des_order_at_a_delivery(strategy, hosts, cpu):
     """With no latency a message is delivered at the instant the next one on its direction
     starts.  The root's scatter: the rank resumes and steps first, under that message
-    (``_last_scatter_in_pool``; with ranks beside it on its host the recurrences do not hold
-    and the scatter is replayed, ``_steps_meet_the_last_scatter``).  A gather: the next
+    (``_last_scatter_by_events``, on a pool and, where the in-step recurrences do not hold,
+    with ranks beside it on its host: ``_steps_meet_the_last_scatter``).  A gather: the next
     message, waiting on the receive direction alone, starts first (``_data_parallel_in_pool``).
     Contention makes the order matter: 1e-3 apart where a tie went the other way."""
     local = cpu.get("ranks_per_host", 1)

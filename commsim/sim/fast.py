@@ -50,9 +50,10 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    to it in the order they are matched (FIFO; work-conserving, so its last delivery is
    max_k(a_k + Σ_{a_j >= a_k} s_j) + α over the match times a and transfer times s); its sends
    leave its transmit direction in rank order (the receivers have posted before).
-   O(p log p) per tensor.  With every rank on one pool of cores, the ranks that have their
-   share of the last scatter step while the root still sends, loading the pool under its
-   later messages: an event loop over starts, deliveries and steps (``_last_scatter_in_pool``).
+   O(p log p) per tensor.  With every rank on one pool of cores (or with no latency ranks
+   beside each other on a host's cores), the ranks that have their share of the last scatter
+   step while the root still sends, loading the cores under its later messages: an event loop
+   over starts, deliveries and steps (``_last_scatter_by_events``).
    Out of step on shared CPUs (stragglers on a pool, or on hosts short of cores), linear ps's
    first gather is the only other place compute meets a message: per CPU, the classes of ranks
    of one compute factor, an event per class's job end; and the messages in match order, a
@@ -332,7 +333,7 @@ def _cpu_reason(spec: RunSpec, costs: CostInputs) -> str | None:
     if in_step and (spec.strategy in ("ring", "single")
                     or (c.shared_cpu_cores is None and c.ranks_per_host == 2)
                     or (spec.strategy == "ps" and c.shared_cpu_cores is not None)):
-        # (the parameter server's cases: ``_optimizer_beside_root``, ``_last_scatter_in_pool``)
+        # (the parameter server's: ``_optimizer_beside_root``, ``_last_scatter_by_events``)
         others = 0
     runnable = others * threads + sharers   # plus one communicating thread per rank
     peak = others * threads / cores if runnable > cores else 0.0
@@ -2135,7 +2136,8 @@ def parameter_server(spec: RunSpec, costs: CostInputs) -> Timing:
         scatter = gathered + mean_work / b + costs.overhead("scatter")
         last = i == len(costs.param_bytes) - 1
         if last and stepping:
-            t, finish = _last_scatter_in_pool(spec, costs, scatter, n, costs.optimizer_s * f)
+            t, finish = _last_scatter_by_events(spec, costs, scatter, n,
+                                                costs.optimizer_s * f)
             break
         capped = _optimizer_beside_root(spec, costs, scatter, n, optimizer[1] * a) \
             if last and sharers > 1 else None
@@ -2164,7 +2166,8 @@ def _ps_timing(spec: RunSpec, costs: CostInputs, finish, compute, comm) -> Timin
     return _timing(p, finish, compute, comm, sent, sent, nic, nic)
 
 
-def _last_scatter_in_pool(spec: RunSpec, costs: CostInputs, t: float, nbytes: float, work):
+def _last_scatter_by_events(spec: RunSpec, costs: CostInputs, t: float, nbytes: float,
+                            work):
     """The root's last scatter from ``t`` with every rank on one pool of cores (or, with no
     latency, on its host's cores: ``_steps_meet_the_last_scatter``): each rank steps (``work``
     seconds at full speed each) as soon as it has its share, while the root still sends to the
@@ -2275,7 +2278,7 @@ def _steps_meet_the_last_scatter(spec: RunSpec, costs: CostInputs) -> bool:
     that message is held to the contended rate at their host's load.  The recurrences have
     host-mates step only once both have their shares (``_in_step``; ``_optimizer_beside_root``
     the root's own host): there too the last scatter then goes by the events of
-    ``_last_scatter_in_pool``, which keeps the DES's order."""
+    ``_last_scatter_by_events``, which keeps the DES's order."""
     c = spec.cluster
     return (c.nic_latency_s == 0 and c.shared_cpu_cores is None and c.ranks_per_host > 1
             and bool(costs.contention))
