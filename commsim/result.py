@@ -1,6 +1,7 @@
 """The prediction result and the metrics derived from an engine's Timing.
 
-Definitions (per iteration; the *critical rank* is the one that finishes last):
+Definitions (per iteration; the *critical rank* is the one that finishes last, the lowest of
+those that do to the clock's rounding):
 
 * iteration_s: when the last rank finishes its optimizer step.
 * compute_s: the critical rank's wall time in forward, backward and optimizer.
@@ -28,6 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from commsim.strategies.base import Timing
+
+# Ranks whose ends are this close (relative) end together: far below any time the model
+# separates, far above the rounding of a sum of an iteration's spans.
+FINISH_TIE_RTOL = 1e-12
 
 
 class PerRank(Sequence):
@@ -105,9 +110,13 @@ def derive(strategy, spec, timing: Timing, *, engine: str, baseline_iteration_s:
            model_bytes: int, buffer_bytes: int = 0) -> Result:
     p = spec.world_size
     k = spec.sync_every
-    # The last to finish, the lowest rank among those that tie.
-    critical = timing.finish_s.index(max(timing.finish_s))
-    iteration = timing.finish_s[critical] / k
+    # The last to finish, the lowest rank among those that tie with it to the clock's rounding
+    # (the breakdown below is that rank's; two engines' sums of one rank's spans differ in
+    # their last bits, and so would the rank they report).
+    last = max(timing.finish_s)
+    critical = next(rank for rank, end in enumerate(timing.finish_s)
+                    if end >= last - FINISH_TIE_RTOL * abs(last))
+    iteration = last / k
     compute = timing.compute_s[critical] / k
     comm = timing.comm_s[critical] / k
     exposed = max(0.0, iteration - compute)

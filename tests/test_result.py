@@ -44,6 +44,19 @@ def test_the_critical_rank_is_the_lowest_of_those_last_to_finish():
     assert r.critical_rank == 1 and r.iteration_s == 3.0
 
 
+def test_ranks_ending_a_last_bit_apart_end_together():
+    """Two engines' sums of one rank's spans can differ in their last bits: the rank whose
+    breakdown is reported must not follow them (a random scan: ps with two stragglers a
+    host, the DES's rank 3 a bit later than rank 1, the fast engine's the same; compute and
+    communication seconds 1 % apart)."""
+    late = 3.0 + 4.4e-16
+    r = result(spec_for(4, {}), timing([1.0, 3.0, late, 2.0], [0] * 4, [0] * 4))
+    assert r.critical_rank == 1 and r.iteration_s == late
+    assert r.compute_s == 0.5 * 3.0
+    apart = result(spec_for(4, {}), timing([1.0, 3.0, 3.0 + 1e-9, 2.0], [0] * 4, [0] * 4))
+    assert apart.critical_rank == 2
+
+
 def test_rows_are_made_when_asked_for_and_read_like_a_tuple():
     spec = spec_for(5, {}, sync_every=2)
     t = timing([1.0, 3.0, 3.0, 2.0, 4.0], [0] * 5, [0] * 5)
