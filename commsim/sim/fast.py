@@ -2192,13 +2192,11 @@ def _last_scatter_by_events(spec: RunSpec, costs: CostInputs, t: float, nbytes: 
     deliveries = [(t + intra_lat + nbytes / intra_bw, k) for k in range(1, p) if host[k - 1] == 0]
     heapq.heapify(deliveries)
     senders = [k for k in range(1, p) if host[k - 1] != 0]
-    if c.shared_cpu_cores is not None:
-        cpus = fast_queues.SharedCpus([0] * p, c.shared_cpu_cores, costs.threads_per_rank,
-                                      c.cpu_efficiency, costs)
-    else:
-        cpus = fast_queues.SharedCpus((np.arange(p) // c.ranks_per_host).tolist(),
-                                      c.cores_per_host, costs.threads_per_rank,
-                                      c.cpu_efficiency, costs, per_job=True)
+    pool = c.shared_cpu_cores is not None      # (as ``fast_collectives.replay`` makes them)
+    cpus = fast_queues.SharedCpus(
+        [0] * p if pool else (np.arange(p) // c.ranks_per_host).tolist(),
+        c.shared_cpu_cores if pool else c.cores_per_host, costs.threads_per_rank,
+        c.cpu_efficiency, costs, per_job=not pool)
     for k in range(p):                 # every rank is inside the scatter
         cpus.communicating(k, t, 1)
     left = np.zeros(p)
