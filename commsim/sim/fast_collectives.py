@@ -1037,10 +1037,17 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
             run.grants = tuple(np.full(lead.size, np.nan) for _ in range(3))
         cpus = None
         if run.sharing:
+            # Each job's work left as the DES's successive progress leaves it (``per_job``),
+            # a pool's too: the work done since the pool was last idle, less each job's share
+            # of it when it came, differs from that in the last bits, and over a hundred ranks
+            # on two cores such a difference reordered two near-simultaneous ends (DDP, fp16,
+            # three ranks a host beside a slow link: 2e-6 off).  A replay of every rank holds
+            # at most ``fast._REPLAY_MESSAGES``, so the cost (a pass over the pool's jobs at
+            # each of its events) stays bounded.
             cpus = fast_queues.SharedCpus(
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
                 run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
-                multiplicity=run.p / run.ranks.size if pool else 1.0, per_job=not pool)
+                multiplicity=run.p / run.ranks.size if pool else 1.0, per_job=True)
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,
