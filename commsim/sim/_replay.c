@@ -661,7 +661,7 @@ static int cpu_message_s(S *s, int64_t what, double *out) {
         if (cpu_cap(s, d, &other) < 0) return -1;
         if (other < cap) cap = other;
     }
-    double x = s->nbytes[what] / cap;
+    double x = s->nbytes[what] * (1.0 / cap);    /* (``fast_queues.capped_s``) */
     *out = x > busy ? x : busy;
     return 0;
 }

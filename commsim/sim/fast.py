@@ -2414,7 +2414,7 @@ def _first_gather_shared(spec: RunSpec, costs: CostInputs):
             cap = capped_Bps(kind, start)
             if kind != cpu[0]:
                 cap = min(cap, capped_Bps(cpu[0], start))
-            seconds = max(seconds, nbytes / cap)
+            seconds = max(seconds, fast_queues.capped_s(nbytes, cap))
         free = start + seconds
         delivered[i] = free + c.nic_latency_s
         j = next(behind[host[i]], None)
@@ -2804,7 +2804,7 @@ def _back_to_back(cpus: fast_queues.SharedCpus, start: float, nbytes: float, bus
     in order)."""
     busy = np.asarray(busy, dtype=float)
     cap = cpus.costs and cpus.cap_at(computing, cpus.talking[0])
-    message = np.maximum(busy, nbytes / cap) if cap else busy
+    message = np.maximum(busy, fast_queues.capped_s(nbytes, cap)) if cap else busy
     return np.cumsum(np.concatenate(([start], message)))
 
 
