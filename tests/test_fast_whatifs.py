@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from commsim.api import Scenario, predict, scenario
 from commsim.errors import UserError
@@ -610,13 +610,13 @@ def combinations(draw):
 
 
 @st.composite
-def vgg_combinations(draw):
+def vgg_combinations(draw, hosts=st.integers(1, 6)):
     """VGG-11's 34 tensors (the bundled profile) on shared hosts, their cores too few or not,
-    over slow networks: where wide random scans found replays off the DES (ties a split
-    replay or a CPU's sums broke the other way), about one case in 10,000, each pinned by a
-    test of its own above; this draws new ones on every run."""
+    or every rank on one pool, over slow networks: where wide random scans found replays off
+    the DES (ties a split replay or a CPU's sums broke the other way), about one case in
+    10,000, each pinned by a test of its own above; this draws new ones on every run."""
     strategy = draw(st.sampled_from(["ring", "ring", "ddp", "ddp", "ps", "dp"]))
-    nodes, local = draw(st.integers(1, 6)), draw(st.integers(2, 4))
+    nodes, local = draw(hosts), draw(st.integers(2, 4))
     opts = dict(batch_per_rank=32, ranks_per_host=local,
                 bandwidth=draw(st.sampled_from(["100mbit", "1gbit", "10gbit"])),
                 latency=draw(st.sampled_from([None, "0", "50us", "2ms"])),
@@ -624,8 +624,11 @@ def vgg_combinations(draw):
                 # (more threads a rank than calibrated: hosts' cores run short sooner)
                 threads_per_rank=draw(st.sampled_from([None, 1, 2, 3])),
                 compute_scale=draw(st.sampled_from([1.0, 0.5, 2.0])))
-    if draw(st.booleans()):
+    cpu = draw(st.sampled_from(["host", "short", "pool"]))
+    if cpu == "short":
         opts["cores_per_host"] = draw(st.sampled_from([1, 2, 3]))
+    elif cpu == "pool":
+        opts["shared_cpu_cores"] = draw(st.sampled_from([2, 4, 16]))
     if strategy in ("ring", "ddp"):
         opts["algorithm"] = draw(st.sampled_from(ALGORITHMS))
     if strategy == "ps":
@@ -647,7 +650,34 @@ def vgg_combinations(draw):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(vgg_combinations())
 def test_random_vgg_combinations_on_shared_hosts(case):
+    assert_same_where_fast(*case)
+
+
+# (what the DES would move at most in one drawn case at scale: a few seconds of it)
+_SCALE_MESSAGES = 60_000
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(vgg_combinations(hosts=st.integers(14, 128)))
+def test_random_vgg_combinations_at_scale(case):
+    """The same draws over 28 to 512 ranks (those the DES answers in seconds): a pool of two
+    cores crowded by a hundred ranks took two near-simultaneous ends the other way there
+    (``test_fast_sharing.py::test_a_pool_keeps_each_jobs_work_left_as_the_des_does``), which
+    the draws over a few hosts never reach."""
+    from commsim.api import run_spec
+    from commsim.costs import cost_inputs
+    from commsim.sim.fast import des_messages
+
     strategy, nodes, opts = case
+    profile = load_default()
+    spec = run_spec(profile, strategy, nodes, scenario(**opts))
+    assume(des_messages(spec, cost_inputs(spec, profile)) <= _SCALE_MESSAGES)
+    assert_same_where_fast(strategy, nodes, opts)
+
+
+def assert_same_where_fast(strategy, nodes, opts):
+    """The fast engine's answer (where ``--engine auto`` takes it) is the DES's."""
     sc = scenario(**opts)
     profile = load_default()
     des = predict(profile, strategy, nodes, sc, engine="des")
