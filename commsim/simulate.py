@@ -44,6 +44,7 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
     if engine == "auto":
         engine = "des"
         reason = unsupported(spec, costs, timeline=timeline)
+        up_front = reason is not None
         if reason is None:
             try:
                 timing = run_fast(spec, costs)
@@ -52,7 +53,9 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            why = f"the fast engine has no exact path ({reason}), and {_beyond(messages)}"
+            fewer = _most_answered(spec, costs, timeline) if up_front else None
+            why = (f"the fast engine has no exact path ({reason}), and "
+                   f"{_beyond(messages, fewer)}")
             raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
@@ -63,13 +66,47 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                   model_bytes=profile.model_bytes, buffer_bytes=profile.buffer_bytes)
 
 
-def _beyond(messages: int) -> str:
+def _beyond(messages: int, fewer: int | None = None) -> str:
     """The DES's work where it is more than ``--engine auto`` starts, and what to do, in
-    words."""
+    words (``fewer``: the most ranks auto answers with the same options, where known)."""
     times = messages / AUTO_DES_MESSAGES
+    up_to = f" (up to about {fewer:,} with these options)" if fewer else ""
     return (f"the DES would move about {messages:.2g} messages, {times:,.{int(times < 10)}f} "
-            f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks, or "
-            "--engine des to wait for it")
+            f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks{up_to}, "
+            "or --engine des to wait for it")
+
+
+def _most_answered(spec: RunSpec, costs, timeline: bool) -> int | None:
+    """The most ranks, on fewer hosts with the same options, for which ``--engine auto`` would
+    not refuse as counted before any work (the fast engine's checks up front, the DES's
+    messages): what to try instead.  Both grow with the hosts; a run too small for its options
+    (a straggler's rank, a slow host, a group) is not one.  None where no smaller run is.
+    The costs are the run's: the counts depend on its tensors and buckets, not on its ranks."""
+    from dataclasses import replace
+
+    def run(hosts: int) -> RunSpec | None:
+        try:
+            return replace(spec, cluster=replace(spec.cluster, hosts=hosts))
+        except UserError:
+            return None
+
+    def answered(hosts: int) -> bool:
+        smaller = run(hosts)
+        return smaller is not None and (
+            unsupported(smaller, costs, timeline=timeline) is None
+            or des_messages(smaller, costs) <= AUTO_DES_MESSAGES)
+
+    lo, hi = 1, spec.cluster.hosts - 1         # the fewest hosts a run of these options has
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if run(mid) is not None else (mid + 1, hi)
+    if lo >= spec.cluster.hosts or not answered(lo):
+        return None
+    hi = spec.cluster.hosts - 1                # the most hosts auto answers
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if answered(mid) else (lo, mid - 1)
+    return lo * spec.cluster.ranks_per_host
 
 
 def _baseline_s(single: RunSpec, profile: Profile) -> float:
@@ -105,7 +142,9 @@ def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
             if messages <= AUTO_DES_MESSAGES:
                 raise
             # (--engine auto would decline it too: say what the DES would take)
-            raise NotExact(exc.reason, instead=_beyond(messages)) from None
+            up_front = unsupported(spec, costs, timeline=timeline) is not None
+            fewer = _most_answered(spec, costs, timeline) if up_front else None
+            raise NotExact(exc.reason, instead=_beyond(messages, fewer)) from None
     ctx = SimContext(spec, costs, timeline=timeline)
     for rank in range(spec.world_size):
         ctx.env.process(strategy.rank_process(ctx, rank))

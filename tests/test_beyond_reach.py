@@ -13,7 +13,7 @@ import pytest
 from commsim.api import Scenario, predict, run_spec, sweep
 from commsim.cli import main
 from commsim.costs import cost_inputs
-from commsim.errors import BeyondReach
+from commsim.errors import BeyondReach, UserError
 from commsim.profile import load_default
 from commsim.sim import engine
 from commsim.sim.fast import des_messages
@@ -145,3 +145,28 @@ def test_a_replay_past_the_free_memory_is_declined_before_it_starts(capsys, monk
                  "--algorithm", "recursive_doubling", "--engine", "fast"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "memory" in err
+
+
+def test_a_refusal_says_how_many_ranks_auto_answers(capsys):
+    """Where the fast engine's checks refuse up front, the refusal names the most ranks auto
+    answers with the same options (a ring per tensor on one pool beside a slow link: the
+    replay's million messages, 121 ranks of VGG-11's 34 tensors): auto answers there, and one
+    host more is refused; a straggler whose rank no smaller run holds gets no such number."""
+    import re
+
+    code = main(["predict", "--strategy", "ring", "--nodes", "1024", "--batch-per-rank", "32",
+                 "--shared-cpu-cores", "2", "--slow-link", "3:10mbit"])
+    err = capsys.readouterr().err
+    assert code == 2
+    fewer = int(re.search(r"up to about ([\d,]+) with these options", err)[1].replace(",", ""))
+    assert 8 < fewer < 1024
+    assert predict(load_default(), "ring", fewer, OUT_OF_STEP, engine="auto").engine == "fast"
+    with pytest.raises(BeyondReach, match="up to about"):
+        predict(load_default(), "ring", fewer + 1, OUT_OF_STEP, engine="auto")
+    with pytest.raises(UserError, match="up to about"):
+        predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="fast")
+    far = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
+                   slow_links_Bps={3: 1.25e6}, stragglers={1000: 1.5})
+    with pytest.raises(BeyondReach) as refused:
+        predict(load_default(), "ring", 1024, far, engine="auto")
+    assert "up to about" not in str(refused.value)
