@@ -578,3 +578,21 @@ def test_a_contended_message_takes_the_des_s_seconds_to_the_bit():
     fast = predict(profile, "ddp", 44, sc, engine="fast")
     assert_same(des, fast)
     assert fast.iteration_s == des.iteration_s
+
+
+@pytest.mark.parametrize("algorithm, cpu", [("ring", dict(cores_per_host=1)),
+                                            ("hierarchical", dict(shared_cpu_cores=2))])
+def test_a_replayed_ring_step_takes_the_des_s_chunk_to_the_bit(algorithm, cpu):
+    """A ring step's chunk is n / p bytes and its reduction (n / p) x gamma seconds, as the DES
+    computes them (a schedule's step of n / div: ``Schedule.shift``); (1 / p) x n was a last
+    bit apart for p not a power of two, the seeds of a reordering on crowded CPUs (DDP over
+    six hosts of two ranks beside a slow link, replayed: every rank 1 ulp off)."""
+    from commsim.api import scenario
+    from commsim.profile import load_default
+
+    sc = scenario(batch_per_rank=8, ranks_per_host=2, bandwidth="10gbit", algorithm=algorithm,
+                  slow_link=["1:200mbit"], **cpu)
+    profile = load_default()
+    des = predict(profile, "ddp", 6, sc, engine="des")
+    fast = predict(profile, "ddp", 6, sc, engine="fast")
+    assert [r["finish_s"] for r in fast.per_rank] == [r["finish_s"] for r in des.per_rank]

@@ -691,8 +691,10 @@ class Schedule:
       is delivered; then dst reduces work·n seconds on its Gloo thread;
     * exchange(cols, partner, mult, work): each position of ``cols`` sends mult·n bytes to and
       receives from ``cols[partner]`` (done when both are delivered), then reduces work·n;
-    * shift(cols, right, mult, work): the same, sending to ``cols[right]`` and receiving from
-      the position whose right it is (a ring step);
+    * shift(cols, right, mult, work, div): the same, sending to ``cols[right]`` and receiving
+      from the position whose right it is (a ring step), of n / div in place of n: a ring's
+      chunk is n / p bytes and its reduction (n / p)·gamma seconds, as the DES computes them
+      ((1 / p)·n is a last bit apart where p is not a power of two);
     * gloo(cols, work): those positions reduce work·n.
     """
 
@@ -707,19 +709,21 @@ class Schedule:
         self.sent, self.received = np.zeros(idx.shape), np.zeros(idx.shape)
         self.nic_sent, self.nic_received = np.zeros(idx.shape), np.zeros(idx.shape)
 
-    def _messages(self, src, dst, mult, collective, stride=None):
+    def _messages(self, src, dst, mult, collective, stride=None, div: float = 1.0):
         """``stride``: the block is one period of a ring that tiles a larger one (``Block``):
-        a message goes to the rank ``stride`` on, which the period's ``dst`` stands for."""
+        a message goes to the rank ``stride`` on, which the period's ``dst`` stands for.
+        ``div``: the step's bytes are mult·(n / div)."""
         run = self._run
         gs, gd = run.ranks[self.idx[:, src]], run.ranks[self.idx[:, dst]]
         if stride is not None:
             gd = (gs + stride) % run.p
         lat, per_byte, inter = run.link(gs, gd, collective)
         mult = np.broadcast_to(np.asarray(mult, dtype=float), gs.shape[1:])
-        self.sent[:, src] += mult
-        self.received[:, dst] += mult
-        self.nic_sent[:, src] += np.where(inter, mult, 0.0)
-        self.nic_received[:, dst] += np.where(inter, mult, 0.0)
+        per_n = mult / div                          # (bytes per byte of the collective)
+        self.sent[:, src] += per_n
+        self.received[:, dst] += per_n
+        self.nic_sent[:, src] += np.where(inter, per_n, 0.0)
+        self.nic_received[:, dst] += np.where(inter, per_n, 0.0)
         ends = (gs[inter], gd[inter]) if inter.any() else None
         # Uniform links (one class of ranks) are scalars: most steps of a uniform cluster.
         if lat.min() == lat.max() and per_byte.min() == per_byte.max():
@@ -728,20 +732,22 @@ class Schedule:
 
     def send(self, src, dst, mult=1.0, work: float = 0.0, collective: str = "all_reduce"):
         lat, per_byte, crossing, mult = self._messages(src, dst, mult, collective)
-        self.steps.append((_SEND, _cols(src), _cols(dst), lat, per_byte, crossing, mult, work))
+        self.steps.append((_SEND, _cols(src), _cols(dst), lat, per_byte, crossing, mult, work,
+                           1.0))
 
     def exchange(self, cols, partner, mult=1.0, work: float = 0.0):
         lat, per_byte, crossing, mult = self._messages(cols, cols[partner], mult, "all_reduce")
         self.steps.append((_EXCHANGE, _cols(cols), partner, lat, per_byte, crossing, mult,
-                           work))
+                           work, 1.0))
 
-    def shift(self, cols, right, mult=1.0, work: float = 0.0, stride=None):
+    def shift(self, cols, right, mult=1.0, work: float = 0.0, stride=None, div: float = 1.0):
         lat, per_byte, crossing, mult = self._messages(cols, cols[right], mult, "all_reduce",
-                                                       stride)
-        self.steps.append((_SHIFT, _cols(cols), right, lat, per_byte, crossing, mult, work))
+                                                       stride, div)
+        self.steps.append((_SHIFT, _cols(cols), right, lat, per_byte, crossing, mult, work,
+                           float(div)))
 
     def gloo(self, cols, work: float):
-        self.steps.append((_GLOO, _cols(cols), None, 0.0, 0.0, None, None, work))
+        self.steps.append((_GLOO, _cols(cols), None, 0.0, 0.0, None, None, work, 1.0))
 
     def run(self, T, nbytes: float):
         """The steps from post times ``T`` (rows x columns of the block) for a collective of
@@ -760,11 +766,12 @@ class Schedule:
             backward_end = None if run.backward_end is None else run.backward_end.copy()
         crossed = []
         queued = False
-        for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
+        for kind, src, dst, lat, per_byte, crossing, mult, work, div in self.steps:
             if kind == _GLOO:
                 T[:, src] = run.gloo(idx, _get(T, src), work * nbytes, src)
                 continue
-            size = mult * nbytes
+            n = nbytes / div
+            size = mult * n
             if kind == _SEND:
                 begin = np.maximum(_get(T, src), _get(T, dst))
             else:
@@ -783,7 +790,7 @@ class Schedule:
                     break
             # An exchange's two messages start together (max of the partners' posts) and cost
             # the same (one link, both ways): both are delivered at ``got``, the all_of too.
-            done = run.gloo(idx, got, work * nbytes, dst if kind == _SEND else src) \
+            done = run.gloo(idx, got, work * n, dst if kind == _SEND else src) \
                 if work else got
             if kind == _SEND:
                 T[:, src] = got
@@ -856,7 +863,7 @@ class Schedule:
         arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte)."""
         shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
             else self._shaped()
-        _, kinds, a, b, work_per_B, bounds, columns, steps = shape
+        _, kinds, a, b, work_per_B, bounds, columns, steps, divs = shape
         if first + len(columns[0]) >= 2 ** 31:          # (``fast_queues.ROW``'s a)
             raise NotExact("a replay of more than 2^31 messages")
         table = np.empty(kinds.size, dtype=fast_queues.ROW)
@@ -865,17 +872,20 @@ class Schedule:
             for name, where in (("a", kinds != fast_queues.GLOO),
                                 ("b", kinds == fast_queues.EXCHANGE)):
                 np.add(table[name], first, out=table[name], where=where)
-        # (a reduction's seconds, in the place of the second integer it has not)
-        np.multiply(work_per_B, nbytes, out=table["w"], where=kinds == fast_queues.GLOO)
+        # (a reduction's seconds, in the place of the second integer it has not; a ring
+        # step's of its chunk, n / div)
+        row_div, message_div = divs
+        n = nbytes if row_div is None else nbytes / row_div
+        np.multiply(work_per_B, n, out=table["w"], where=kinds == fast_queues.GLOO)
         src, dst, lat, mult, per_byte, hs, hd = columns
-        size = mult * nbytes
+        size = mult * (nbytes if message_div is None else nbytes / message_div)
         if phases is not None:
-            for what, lo, hi, at, seconds in steps:
+            for what, lo, hi, at, seconds, div in steps:
                 if what == "messages":
                     phases.append(("messages", first + lo, first + hi))
                 if at is not None:
                     spent = np.zeros(self._run.ranks.size)
-                    spent[at] = seconds * nbytes
+                    spent[at] = seconds * (nbytes / div)
                     phases.append(("work", spent))
         return table, bounds, [src, dst, lat, size * per_byte, hs, hd, size]
 
@@ -885,7 +895,8 @@ class Schedule:
         work per byte (``fast_queues.ROW``'s columns, compact); where each position's rows
         begin; the messages' columns (src, dst, latency, bytes per byte of the collective,
         seconds a byte, tx and rx hosts); per step, its phase (``added``'s ``phases``: its
-        messages' numbers, the ranks that reduce and their work per byte).
+        messages' numbers, the ranks that reduce and their work per byte, its divisor); where
+        a step has a divisor (a ring's), each row's and message's (else None).
 
         Per step, its actions in the order a position takes them: a send's sender sends,
         then its receiver receives and reduces, message by message; in an exchange (or a
@@ -898,7 +909,7 @@ class Schedule:
         # positions and message numbers in 32 bits where they fit): at 65,536 ranks a
         # bucket's table is millions of rows, and its copies were most of a replay's memory.
         total = sent = 0
-        for kind, src, dst, *_, work in self.steps:
+        for kind, src, dst, *_, work, _ in self.steps:
             count = rows * np.arange(width)[src].size
             total += count * (1 if kind == _GLOO else (2 if kind == _SEND else 1) + bool(work))
             sent += 0 if kind == _GLOO else count
@@ -907,10 +918,14 @@ class Schedule:
         kinds = np.empty(total, dtype=np.int8)
         a, b = np.zeros(total, dtype=index), np.zeros(total, dtype=index)
         work_per_B = np.zeros(total)
+        # Each row's and message's n / div, where a step has a divisor (a ring's): kept only
+        # then, a column as long as the others.
+        divided = any(step[-1] != 1.0 for step in self.steps)
+        row_div = np.ones(total) if divided else None
         messages = []
         steps = []
         count = row = 0
-        for kind, src, dst, lat, per_byte, crossing, mult, work in self.steps:
+        for kind, src, dst, lat, per_byte, crossing, mult, work, div in self.steps:
             cols = np.arange(width)[src]
             if kind == _GLOO:
                 where = slice(row, row + rows * cols.size)
@@ -918,7 +933,7 @@ class Schedule:
                 kinds[where] = fast_queues.GLOO
                 work_per_B[where] = work
                 row = where.stop
-                steps.append(("work", 0, 0, idx[:, cols], work))
+                steps.append(("work", 0, 0, idx[:, cols], work, div))
                 continue
             to = np.arange(width)[dst] if kind == _SEND else cols[dst]
             s, d = flat[:, cols], flat[:, to]
@@ -928,10 +943,10 @@ class Schedule:
             ids = count + np.arange(s.size)
             messages.append((idx[:, cols], idx[:, to], np.broadcast_to(lat, s.shape),
                              np.broadcast_to(mult, s.shape), np.broadcast_to(per_byte, s.shape),
-                             hs, hd))
+                             hs, hd) + ((np.broadcast_to(div, s.shape),) if divided else ()))
             steps.append(("messages", count, count + s.size,
                           (idx[:, to] if kind == _SEND else idx[:, cols]) if work else None,
-                          work))
+                          work, div))
             count += s.size
             # Interleaved, message by message, its actions in turn: a send's sender sends,
             # then its receiver receives (and reduces); an exchange's (or a ring shift's)
@@ -955,19 +970,26 @@ class Schedule:
                 at[lane], kinds[lane], a[lane], b[lane] = position, action, first, second
             if work:
                 work_per_B[where.start + per - 1:where.stop:per] = work
+                if divided:
+                    row_div[where.start + per - 1:where.stop:per] = div
             row = where.stop
         columns = [np.concatenate([np.ravel(x[i]) for x in messages]).astype(dtype, copy=False)
                    if messages else np.zeros(0, dtype)
                    for i, dtype in enumerate((np.int64, np.int64, np.float64, np.float64,
-                                              np.float64, np.int64, np.int64))]
+                                              np.float64, np.int64, np.int64)
+                                             + ((np.float64,) if divided else ()))]
+        message_div = columns.pop() if divided else None
         # A stable sort by position keeps each position's rows in the order it takes them.
         bounds = np.zeros(rows * width + 1, dtype=np.int64)
         np.cumsum(np.bincount(at, minlength=rows * width), out=bounds[1:])
         order = np.argsort(at, kind="stable")
         del at
         kinds, a, b, work_per_B = (x[order] for x in (kinds, a, b, work_per_B))
+        if divided:
+            row_div = row_div[order]
         del order
-        self._shape = (len(self.steps), kinds, a, b, work_per_B, bounds, columns, steps)
+        self._shape = (len(self.steps), kinds, a, b, work_per_B, bounds, columns, steps,
+                       (row_div, message_div))
         return self._shape
 
 
@@ -1250,7 +1272,7 @@ def _ring_shifts(sched: Schedule, cols, size: int, gamma: float, stride=None) ->
     shifts of an n/size chunk to the right, the first half each reducing it."""
     right = np.roll(np.arange(cols.size), -1)
     for step in range(2 * (size - 1)):
-        sched.shift(cols, right, 1.0 / size, gamma / size if step < size - 1 else 0.0, stride)
+        sched.shift(cols, right, 1.0, gamma if step < size - 1 else 0.0, stride, div=size)
 
 
 def hierarchical_schedule(run: Run, blk: Block, average: bool = True) -> Schedule:
