@@ -860,7 +860,8 @@ class Schedule:
         position, each position's rows in the order it takes them; where each position's
         rows begin (and the end); its messages.  From ``_shape`` (built once): the message
         numbers offset by ``first``, the seconds and bytes scaled by ``nbytes``, in the
-        arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte)."""
+        arithmetic the steps' own would take (work·n; mult·n, then times seconds a byte; n / div
+        in place of n for a step with a divisor)."""
         shape = self._shape if self._shape and self._shape[0] == len(self.steps) \
             else self._shaped()
         _, kinds, a, b, work_per_B, bounds, columns, steps, divs = shape
