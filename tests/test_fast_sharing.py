@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commsim.api import Scenario, predict
-from commsim.errors import UserError
 from commsim.sim.fast import shared_ends
 from test_fast_engine import ONE_TENSOR, PROFILE, assert_same
 from test_fast_whatifs import DISTINCT
