@@ -170,3 +170,26 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys):
     with pytest.raises(BeyondReach) as refused:
         predict(load_default(), "ring", 1024, far, engine="auto")
     assert "up to about" not in str(refused.value)
+
+
+def test_hosts_own_cores_replay_eight_times_a_pools_messages(monkeypatch):
+    """A replay on hosts' own cores costs about a microsecond a message in the compiled loop,
+    one on a pool of cores some nine (every job's end moves every rank's): DDP beside a
+    straggler, two ranks a host, over 800 ranks (4 million messages) is the fast engine's on
+    one core a host, the DES's reach's on one pool; in the Python loop, the pool's reach."""
+    from commsim.sim import fast, fast_queues
+
+    profile = load_default()
+    for cpu, replayed in ((dict(cores_per_host=1), True), (dict(shared_cpu_cores=2), False)):
+        sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2,
+                      stragglers={1: 1.5}, **cpu)
+        spec = run_spec(profile, "ddp", 400, sc)
+        costs = cost_inputs(spec, profile)
+        assert 1_000_000 < des_messages(spec, costs) < 8_000_000
+        if fast_queues._replay is not None:
+            assert (fast.unsupported(spec, costs) is None) == replayed, cpu
+    monkeypatch.setattr(fast_queues, "_replay", None)
+    spec = run_spec(profile, "ddp", 400, Scenario(global_batch=None, batch_per_rank=32,
+                                                  ranks_per_host=2, stragglers={1: 1.5},
+                                                  cores_per_host=1))
+    assert fast.unsupported(spec, cost_inputs(spec, profile)) is not None
