@@ -1064,8 +1064,8 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
             # a pool's too: the work done since the pool was last idle, less each job's share
             # of it when it came, differs from that in the last bits, and over a hundred ranks
             # on two cores such a difference reordered two near-simultaneous ends (DDP, fp16,
-            # three ranks a host beside a slow link: 2e-6 off).  A replay of every rank holds
-            # at most ``fast._REPLAY_MESSAGES``, so the cost (a pass over the pool's jobs at
+            # three ranks a host beside a slow link: 2e-6 off).  A replay on a pool holds at
+            # most ``fast._REPLAY_MESSAGES``, so the cost (a pass over the pool's jobs at
             # each of its events) stays bounded.
             cpus = fast_queues.SharedCpus(
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
