@@ -44,7 +44,6 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
     if engine == "auto":
         engine = "des"
         reason = unsupported(spec, costs, timeline=timeline)
-        up_front = reason is not None
         if reason is None:
             try:
                 timing = run_fast(spec, costs)
@@ -53,9 +52,8 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            fewer = _most_answered(spec, costs, timeline) if up_front else None
             why = (f"the fast engine has no exact path ({reason}), and "
-                   f"{_beyond(messages, fewer)}")
+                   f"{_beyond(messages, _most_answered(spec, costs, timeline))}")
             raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
@@ -80,9 +78,13 @@ def _most_answered(spec: RunSpec, costs, timeline: bool) -> int | None:
     """The most ranks, on fewer hosts with the same options, for which ``--engine auto`` would
     not refuse as counted before any work (the fast engine's checks up front, the DES's
     messages): what to try instead.  Both grow with the hosts; a run too small for its options
-    (a straggler's rank, a slow host, a group) is not one.  None where no smaller run is.
+    (a straggler's rank, a slow host, a group) is not one.  None where no smaller run is, or
+    where the run passes the checks up front (refused on the way: the counts cannot tell).
     The costs are the run's: the counts depend on its tensors and buckets, not on its ranks."""
     from dataclasses import replace
+
+    if unsupported(spec, costs, timeline=timeline) is None:
+        return None
 
     def run(hosts: int) -> RunSpec | None:
         try:
@@ -142,8 +144,7 @@ def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
             if messages <= AUTO_DES_MESSAGES:
                 raise
             # (--engine auto would decline it too: say what the DES would take)
-            up_front = unsupported(spec, costs, timeline=timeline) is not None
-            fewer = _most_answered(spec, costs, timeline) if up_front else None
+            fewer = _most_answered(spec, costs, timeline)
             raise NotExact(exc.reason, instead=_beyond(messages, fewer)) from None
     ctx = SimContext(spec, costs, timeline=timeline)
     for rank in range(spec.world_size):
