@@ -595,3 +595,26 @@ def test_a_replayed_ring_step_takes_the_des_s_chunk_to_the_bit(algorithm, cpu):
     des = predict(profile, "ddp", 6, sc, engine="des")
     fast = predict(profile, "ddp", 6, sc, engine="fast")
     assert [r["finish_s"] for r in fast.per_rank] == [r["finish_s"] for r in des.per_rank]
+
+
+@pytest.mark.parametrize("extra", [dict(), dict(straggler=["1:1.5"], no_overlap=True),
+                                   dict(ranks_per_host=2, compress="fp16")])
+def test_a_pools_equal_jobs_go_together_to_the_bit(monkeypatch, extra):
+    """The compiled loop holds a pool's jobs of one work left as one group (the ranks' compute
+    jobs that start together: hundreds while DDP's buckets are reduced beside a slow link,
+    one subtraction an event), each job still ending as the DES's own: every rank's times
+    equal the Python loop's, which keeps a list of jobs, to the bit, and the DES's."""
+    from commsim.api import scenario
+    from commsim.profile import load_default
+    from commsim.sim import fast_queues
+
+    sc = scenario(batch_per_rank=32, shared_cpu_cores=2, slow_link=["3:10mbit"], **extra)
+    profile = load_default()
+    hosts = 24 // sc.ranks_per_host
+    compiled = predict(profile, "ddp", hosts, sc, engine="fast")
+    monkeypatch.setattr(fast_queues, "_replay", None)
+    listed = predict(profile, "ddp", hosts, sc, engine="fast")
+    assert list(compiled.per_rank) == list(listed.per_rank)
+    des = predict(profile, "ddp", hosts, sc, engine="des")
+    assert_same(des, compiled)
+    assert compiled.iteration_s == des.iteration_s

@@ -244,15 +244,17 @@ def _tabled(draw, progs):
 
 @st.composite
 def shared_cpus(draw, host, columns):
-    """The DES's processor sharing: a pool (a heap of jobs) or each host's cores (its jobs in
-    a list), multiplicities, an efficiency curve, a contention curve; the messages' bytes."""
+    """The DES's processor sharing: a pool (a heap of jobs, or each job's work left: the
+    compiled loop's groups of equal jobs) or each host's cores (its jobs in a list),
+    multiplicities, an efficiency curve, a contention curve; the messages' bytes."""
     columns.append([draw(st.sampled_from([1.0, 4.0, 16.0])) for _ in columns[0]])
     pool = draw(st.booleans())
     return fq.SharedCpus(
         [0] * len(host) if pool else host, draw(st.sampled_from([0.5, 1.0, 2.0])),
         draw(st.sampled_from([1.0, 2.0])), draw(st.sampled_from([(), EFFICIENCY])),
         draw(st.sampled_from([None, _Contention()])),
-        multiplicity=[draw(st.sampled_from([1.0, 2.0, 3.0])) for _ in host], per_job=not pool)
+        multiplicity=[draw(st.sampled_from([1.0, 2.0, 3.0])) for _ in host],
+        per_job=not pool or draw(st.booleans()))
 
 
 class _Contention:

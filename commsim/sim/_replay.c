@@ -56,10 +56,21 @@ typedef struct { double end; int64_t order, k; double threads; int compute; doub
     Shared;
 typedef struct { Shared *v; int64_t n, cap; } SharedJobs;
 
+/* With ``per_job``, a CPU's jobs of one work left to the bit are one group: the DES takes the
+ * same progress off every job at each event, so jobs once equal stay equal, and the ranks'
+ * compute jobs that start together on a pool (hundreds while DDP's buckets are reduced) cost
+ * one subtraction an event, not one each.  A group's jobs are a list in arrival order through
+ * ``S.members`` (``next``: the next one's place, -1 after the last); free places a list too. */
+typedef struct { int64_t order, k, next; double threads; int compute; } Member;
+typedef struct { double work; int64_t head, tail; } Group;
+typedef struct { Group *v; int64_t n, cap, jobs; } Groups;
+
 /* A rate or a contended bandwidth, by the threads it depends on (the Python methods are asked
- * once a key: they keep their own answers too). */
+ * once a key: they keep their own answers too): open addressing, doubled when half full (a
+ * pool of hundreds of ranks comes to thousands of keys: busy threads by talking ranks). */
 #define MEMO 4096
 typedef struct { double key[3]; double value; int used; } Memo;
+typedef struct { Memo *v; int64_t cap, n; } Memos;
 
 typedef struct {
     /* the later instants (``Instant``: a heap of them, their slots of events, a table from an
@@ -115,10 +126,11 @@ typedef struct {
     Py_ssize_t ncpu;
     double *done, *last_at, *busy_threads, *computing, *talking, *rate_c, *cap_c;
     SharedJobs *shared;
+    Groups *groups; Member *members; int64_t members_n, members_cap, members_free;
     int64_t order;
     double *started, *compute_s, *comm_s;
     char *has_started, *has_compute, *has_comm;
-    Memo *rates, *caps;
+    Memos rates, caps;
     Shared *ended; int64_t ended_cap;
     Job *done_jobs; int64_t done_cap;
 } S;
@@ -187,7 +199,6 @@ HEAP(jobs, Shared, shared_before)
         return 1;                                                                        \
     }
 FINISHED(fixed, Job, w)
-FINISHED(shared, Shared, work)
 
 /* The instant's queue with room for one more (what was taken from its front let go). */
 static int queue_room(S *s) {
@@ -491,30 +502,49 @@ static int add_job(S *s, int64_t h, double w, double r, int64_t k) {
 }
 
 /* ---- ``SharedCpus``: the DES's processor sharing ---- */
-static int memo_get(S *s, Memo *memo, const char *method, int count, double a, double b,
-                    double c, double *out) {
-    double key[3] = {a, b, count == 3 ? c : 0.0};
+static inline uint64_t memo_slot(const double key[3], int64_t cap) {
     uint64_t bits[3];
     memcpy(bits, key, sizeof bits);
-    uint64_t i = mix(bits[0] ^ mix(bits[1] ^ mix(bits[2]))) & (MEMO - 1);
-    for (int probe = 0; probe < MEMO; probe++, i = (i + 1) & (MEMO - 1)) {
-        Memo *e = &memo[i];
-        if (e->used && !memcmp(e->key, key, sizeof key)) { *out = e->value; return 0; }
-        if (!e->used) break;
+    return mix(bits[0] ^ mix(bits[1] ^ mix(bits[2]))) & (uint64_t)(cap - 1);
+}
+
+/* The table's entry for key: its own, or the empty one where it would go. */
+static Memo *memo_find(Memos *memo, const double key[3]) {
+    uint64_t i = memo_slot(key, memo->cap);
+    for (;; i = (i + 1) & (uint64_t)(memo->cap - 1)) {   /* (never full: at most half) */
+        Memo *e = &memo->v[i];
+        if (!e->used || !memcmp(e->key, key, 3 * sizeof(double))) return e;
     }
+}
+
+static int memo_get(S *s, Memos *memo, const char *method, int count, double a, double b,
+                    double c, double *out) {
+    double key[3] = {a, b, count == 3 ? c : 0.0};
+    Memo *e = memo_find(memo, key);
+    if (e->used) { *out = e->value; return 0; }
     PyObject *r = count == 3 ? PyObject_CallMethod(s->cpus, method, "ddd", a, b, c)
                              : PyObject_CallMethod(s->cpus, method, "dd", a, b);
     if (!r) return -1;
     double v = PyFloat_AsDouble(r);
     Py_DECREF(r);
     if (v == -1.0 && PyErr_Occurred()) return -1;
-    if (!memo[i].used) { memcpy(memo[i].key, key, sizeof key); memo[i].value = v; memo[i].used = 1; }
+    if (2 * (memo->n + 1) > memo->cap) {
+        Memos bigger = {calloc(2 * memo->cap, sizeof(Memo)), 2 * memo->cap, memo->n};
+        if (!bigger.v) { PyErr_NoMemory(); return -1; }
+        for (int64_t j = 0; j < memo->cap; j++)
+            if (memo->v[j].used) *memo_find(&bigger, memo->v[j].key) = memo->v[j];
+        free(memo->v);
+        *memo = bigger;
+        e = memo_find(memo, key);
+    }
+    memcpy(e->key, key, sizeof key); e->value = v; e->used = 1;
+    memo->n++;
     *out = v;
     return 0;
 }
 
 static int cpu_rate(S *s, int64_t c, double *out) {
-    if (isnan(s->rate_c[c]) && memo_get(s, s->rates, "rate_at", 3, s->busy_threads[c],
+    if (isnan(s->rate_c[c]) && memo_get(s, &s->rates, "rate_at", 3, s->busy_threads[c],
                                         s->computing[c], s->talking[c], &s->rate_c[c]) < 0)
         return -1;
     *out = s->rate_c[c];
@@ -522,28 +552,105 @@ static int cpu_rate(S *s, int64_t c, double *out) {
 }
 
 static int cpu_cap(S *s, int64_t c, double *out) {
-    if (isnan(s->cap_c[c]) && memo_get(s, s->caps, "cap_at", 2, s->computing[c],
+    if (isnan(s->cap_c[c]) && memo_get(s, &s->caps, "cap_at", 2, s->computing[c],
                                        s->talking[c], 0.0, &s->cap_c[c]) < 0)
         return -1;
     *out = s->cap_c[c];
     return 0;
 }
 
+/* Jobs on CPU c. */
+static inline int64_t cpu_jobs(S *s, int64_t c) {
+    return s->per_job ? s->groups[c].jobs : s->shared[c].n;
+}
+
 static int cpu_advance(S *s, int64_t c, double t) {
     double last = s->last_at[c];
-    SharedJobs *jobs = &s->shared[c];
-    if (t > last && jobs->n) {
+    if (t > last && cpu_jobs(s, c)) {
         double rate;
         if (cpu_rate(s, c, &rate) < 0) return -1;
         double progress = (t - last) * rate;
         if (s->per_job) {
-            for (int64_t j = 0; j < jobs->n; j++) jobs->v[j].work -= progress;
+            Groups *gs = &s->groups[c];
+            for (int64_t g = 0; g < gs->n; g++) gs->v[g].work -= progress;
         } else {
             s->done[c] += progress;
         }
     }
     s->last_at[c] = t;
     return 0;
+}
+
+/* A job come to a CPU with ``per_job``: its group's last, a group of its own if no group's
+ * work left is its work. */
+static int group_add(S *s, int64_t c, double work, Member job) {
+    if (s->members_free < 0) {
+        if (s->members_n == s->members_cap) {
+            int64_t cap = s->members_cap ? 2 * s->members_cap : 64;
+            Member *v = realloc(s->members, cap * sizeof(Member));
+            if (!v) { PyErr_NoMemory(); return -1; }
+            s->members = v; s->members_cap = cap;
+        }
+        s->members[s->members_n].next = -1;
+        s->members_free = s->members_n++;
+    }
+    int64_t m = s->members_free;
+    s->members_free = s->members[m].next;
+    job.next = -1;
+    s->members[m] = job;
+    Groups *gs = &s->groups[c];
+    gs->jobs++;
+    for (int64_t g = 0; g < gs->n; g++)
+        if (gs->v[g].work == work) {
+            s->members[gs->v[g].tail].next = m;
+            gs->v[g].tail = m;
+            return 0;
+        }
+    if (gs->n == gs->cap) {
+        int64_t cap = gs->cap ? 2 * gs->cap : 8;
+        Group *v = realloc(gs->v, cap * sizeof(Group));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        gs->v = v; gs->cap = cap;
+    }
+    gs->v[gs->n++] = (Group){work, m, m};
+    return 0;
+}
+
+/* The first job of group g on CPU c taken off (and the group, if it was its last) into out. */
+static void group_take(S *s, int64_t c, int64_t g, Shared *out) {
+    Groups *gs = &s->groups[c];
+    Group *grp = &gs->v[g];
+    int64_t m = grp->head;
+    Member *x = &s->members[m];
+    *out = (Shared){0.0, x->order, x->k, x->threads, x->compute, grp->work, 0.0};
+    grp->head = x->next;
+    x->next = s->members_free;
+    s->members_free = m;
+    gs->jobs--;
+    if (grp->head < 0) gs->v[g] = gs->v[--gs->n];
+}
+
+/* ``engine.finished_jobs`` on CPU c's groups: the jobs of every group within residue of no
+ * work left, else the one closest to done (the first come of those), moved to out (room for
+ * every job); their count. */
+static int64_t group_finished(S *s, int64_t c, Shared *out) {
+    Groups *gs = &s->groups[c];
+    int64_t count = 0;
+    for (int64_t g = 0; g < gs->n;) {
+        if (!residue(gs->v[g].work)) { g++; continue; }
+        int64_t n = gs->n;
+        while (gs->n == n) group_take(s, c, g, &out[count++]);   /* (then g holds the last) */
+    }
+    if (count || !gs->n) return count;
+    int64_t best = 0;
+    for (int64_t g = 1; g < gs->n; g++) {
+        double w = gs->v[g].work, b = gs->v[best].work;
+        if (w < b || (w == b && s->members[gs->v[g].head].order
+                                < s->members[gs->v[best].head].order))
+            best = g;
+    }
+    group_take(s, c, best, &out[0]);
+    return 1;
 }
 
 static int shared_add(S *s, SharedJobs *jobs, Shared job) {
@@ -553,17 +660,25 @@ static int shared_add(S *s, SharedJobs *jobs, Shared job) {
         if (!v) { PyErr_NoMemory(); return -1; }
         jobs->v = v; jobs->cap = cap;
     }
-    if (s->per_job) jobs->v[jobs->n++] = job;       /* (arrival order) */
-    else jobs_up(jobs->v, jobs->n++, job);
+    jobs_up(jobs->v, jobs->n++, job);
     return 0;
+}
+
+static int by_order(const void *x, const void *y) {
+    int64_t a = ((const Shared *)x)->order, b = ((const Shared *)y)->order;
+    return (a > b) - (a < b);
 }
 
 static int64_t cpu_arrive(S *s, int64_t k, double t, double work, int compute) {
     int64_t c = s->cpu[k];
     if (cpu_advance(s, c, t) < 0) return -1;
     double threads = (compute ? s->threads : 1.0) * s->mult[k];
-    Shared job = {s->done[c] + work, s->order, k, threads, compute, work, s->done[c]};
-    if (shared_add(s, &s->shared[c], job) < 0) return -1;
+    if (s->per_job) {
+        if (group_add(s, c, work, (Member){s->order, k, -1, threads, compute}) < 0) return -1;
+    } else {
+        Shared job = {s->done[c] + work, s->order, k, threads, compute, work, s->done[c]};
+        if (shared_add(s, &s->shared[c], job) < 0) return -1;
+    }
     s->order++;
     s->busy_threads[c] += threads;
     s->rate_c[c] = s->cap_c[c] = NAN;
@@ -584,13 +699,14 @@ static int64_t cpu_communicating(S *s, int64_t k, double t, int delta) {
 /* When the CPU's first job ends at its current rate; 1 if it has one. */
 static int cpu_next_end(S *s, int64_t c, double t, double *end) {
     SharedJobs *jobs = &s->shared[c];
-    if (!jobs->n) return 0;
+    if (!cpu_jobs(s, c)) return 0;
     double rate;
     if (cpu_rate(s, c, &rate) < 0) return -1;
     if (s->per_job) {
-        double w = jobs->v[0].work;
-        for (int64_t j = 1; j < jobs->n; j++)
-            if (jobs->v[j].work < w) w = jobs->v[j].work;
+        Groups *gs = &s->groups[c];
+        double w = gs->v[0].work;
+        for (int64_t g = 1; g < gs->n; g++)
+            if (gs->v[g].work < w) w = gs->v[g].work;
         *end = t + nonnegative(w / rate);
     } else {
         double left = jobs->v[0].work - (s->done[c] - jobs->v[0].done0);
@@ -611,14 +727,14 @@ static int cpu_reschedule(S *s, int64_t c, double t) {
 static int cpu_finish_due(S *s, int64_t c, double t) {
     if (cpu_advance(s, c, t) < 0) return -1;
     SharedJobs *jobs = &s->shared[c];
-    int64_t count = 0;
-    if (s->ended_cap < jobs->n) {               /* (room for every job) */
-        Shared *v = realloc(s->ended, jobs->n * sizeof(Shared));
+    int64_t count = 0, n = cpu_jobs(s, c);
+    if (s->ended_cap < n) {                     /* (room for every job) */
+        Shared *v = realloc(s->ended, n * sizeof(Shared));
         if (!v) { PyErr_NoMemory(); return -1; }
-        s->ended = v; s->ended_cap = jobs->n;
+        s->ended = v; s->ended_cap = n;
     }
     if (s->per_job) {
-        count = shared_finished(jobs->v, &jobs->n, s->ended);
+        count = group_finished(s, c, s->ended);
     } else {
         s->ended[count++] = jobs_pop(jobs->v, &jobs->n);
         while (jobs->n) {
@@ -627,12 +743,19 @@ static int cpu_finish_due(S *s, int64_t c, double t) {
             s->ended[count++] = jobs_pop(jobs->v, &jobs->n);
         }
     }
-    if (!jobs->n) s->done[c] = 0.0;
-    for (int64_t i = 1; i < count; i++) {        /* (few: insertion sort by arrival) */
-        Shared x = s->ended[i];
-        int64_t j = i;
-        while (j > 0 && s->ended[j - 1].order > x.order) { s->ended[j] = s->ended[j - 1]; j--; }
-        s->ended[j] = x;
+    if (!cpu_jobs(s, c)) s->done[c] = 0.0;
+    if (count > 16) {                           /* (a group's many: sorted by arrival) */
+        qsort(s->ended, count, sizeof(Shared), by_order);
+    } else {
+        for (int64_t i = 1; i < count; i++) {    /* (few: insertion sort) */
+            Shared x = s->ended[i];
+            int64_t j = i;
+            while (j > 0 && s->ended[j - 1].order > x.order) {
+                s->ended[j] = s->ended[j - 1];
+                j--;
+            }
+            s->ended[j] = x;
+        }
     }
     s->rate_c[c] = s->cap_c[c] = NAN;
     for (int64_t i = 0; i < count; i++) {
@@ -1065,10 +1188,15 @@ static void release(S *s) {
         for (Py_ssize_t c = 0; c < s->ncpu; c++) free(s->shared[c].v);
         free(s->shared);
     }
+    if (s->groups) {
+        for (Py_ssize_t c = 0; c < s->ncpu; c++) free(s->groups[c].v);
+        free(s->groups);
+    }
+    free(s->members);
     free(s->done); free(s->last_at); free(s->busy_threads); free(s->computing);
     free(s->talking); free(s->rate_c); free(s->cap_c); free(s->started); free(s->compute_s);
     free(s->comm_s); free(s->has_started); free(s->has_compute); free(s->has_comm);
-    free(s->rates); free(s->caps); free(s->ended); free(s->done_jobs);
+    free(s->rates.v); free(s->caps.v); free(s->ended); free(s->done_jobs);
 }
 
 static PyObject *floats(const double *x, Py_ssize_t count) {
@@ -1102,11 +1230,28 @@ static PyObject *cpus_state(S *s) {
     if (!jobs) return NULL;
     for (Py_ssize_t c = 0; c < s->ncpu; c++) {
         SharedJobs *js = &s->shared[c];
-        PyObject *list = PyList_New(js->n);
+        if (s->per_job) {                       /* (the groups' jobs, in arrival order) */
+            int64_t n = 0;
+            if (s->ended_cap < s->groups[c].jobs) {
+                Shared *v = realloc(s->ended, s->groups[c].jobs * sizeof(Shared));
+                if (!v) { Py_DECREF(jobs); return PyErr_NoMemory(); }
+                s->ended = v; s->ended_cap = s->groups[c].jobs;
+            }
+            Groups *gs = &s->groups[c];
+            for (int64_t g = 0; g < gs->n; g++)
+                for (int64_t m = gs->v[g].head; m >= 0; m = s->members[m].next) {
+                    Member *x = &s->members[m];
+                    s->ended[n++] = (Shared){0.0, x->order, x->k, x->threads, x->compute,
+                                             gs->v[g].work, 0.0};
+                }
+            qsort(s->ended, n, sizeof(Shared), by_order);
+        }
+        int64_t count = s->per_job ? s->groups[c].jobs : js->n;
+        PyObject *list = PyList_New(count);
         if (!list) { Py_DECREF(jobs); return NULL; }
         PyList_SET_ITEM(jobs, c, list);
-        for (int64_t j = 0; j < js->n; j++) {
-            Shared *x = &js->v[j];
+        for (int64_t j = 0; j < count; j++) {
+            Shared *x = s->per_job ? &s->ended[j] : &js->v[j];
             PyObject *job = s->per_job
                 ? Py_BuildValue("[dLLdO]", x->work, (long long)x->order, (long long)x->k,
                                 x->threads, x->compute ? Py_True : Py_False)
@@ -1318,7 +1463,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
             }
         ZALLOC(s->done, ncpu); ZALLOC(s->last_at, ncpu); ZALLOC(s->busy_threads, ncpu);
         ZALLOC(s->computing, ncpu); ZALLOC(s->talking, ncpu); ZALLOC(s->rate_c, ncpu);
-        ZALLOC(s->cap_c, ncpu); ZALLOC(s->shared, ncpu);
+        ZALLOC(s->cap_c, ncpu); ZALLOC(s->shared, ncpu); ZALLOC(s->groups, ncpu);
+        s->members_free = -1;
         memcpy(s->done, b_done.buf, ncpu * sizeof(double));
         memcpy(s->last_at, b_last.buf, ncpu * sizeof(double));
         memcpy(s->busy_threads, b_bthr.buf, ncpu * sizeof(double));
@@ -1327,7 +1473,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         for (Py_ssize_t c = 0; c < ncpu; c++) s->rate_c[c] = s->cap_c[c] = NAN;
         ZALLOC(s->started, n); ZALLOC(s->compute_s, n); ZALLOC(s->comm_s, n);
         ZALLOC(s->has_started, n); ZALLOC(s->has_compute, n); ZALLOC(s->has_comm, n);
-        ZALLOC(s->rates, MEMO); ZALLOC(s->caps, MEMO);
+        ZALLOC(s->rates.v, MEMO); ZALLOC(s->caps.v, MEMO);
+        s->rates.cap = s->caps.cap = MEMO;
     }
     ZALLOC(s->timer, hosts > s->ncpu ? hosts : s->ncpu);
     for (int d = 0; d < 2; d++) {
