@@ -1,3 +1,14 @@
+def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
+    """Where the fast engine's checks refuse up front, the refusal names the most ranks auto
+    answers with the same options (a ring per tensor on one pool beside a slow link, its
+    replay held here to a million messages: 121 ranks of VGG-11's 34 tensors): auto answers
+    there, and one host more is refused; a straggler whose rank no smaller run holds gets no
+    such number."""
+    import re
+
+    from commsim.sim import fast
+
+    monkeypatch.setattr(fast, "_REPLAY_MESSAGES_COMPILED", fast._REPLAY_MESSAGES)
 """``--engine auto`` runs the DES only where it ends in reasonable time.
 
 Where the fast engine has no exact path (a world ring on one pool of cores with a slow link
@@ -172,24 +183,37 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys):
     assert "up to about" not in str(refused.value)
 
 
-def test_hosts_own_cores_replay_eight_times_a_pools_messages(monkeypatch):
-    """A replay on hosts' own cores costs about a microsecond a message in the compiled loop,
-    one on a pool of cores some nine (every job's end moves every rank's): DDP beside a
+def test_the_compiled_loop_replays_eight_times_the_python_loops_messages(monkeypatch):
+    """A replay costs about a microsecond a message in the compiled loop, on hosts' own cores
+    and on one pool (whose compute jobs that start together go as one there): DDP beside a
     straggler, two ranks a host, over 800 ranks (4 million messages) is the fast engine's on
-    one core a host, the DES's reach's on one pool; in the Python loop, the pool's reach."""
+    either, the DES's reach's in the Python loop.  On a pool, whose events cost up to a step a
+    rank where its jobs part, messages x ranks are held within ``_REPLAY_POOL_STEPS``:
+    recursive doubling beside a slow link at 65,536 ranks is replayed on hosts' cores, not on
+    one pool."""
     from commsim.sim import fast, fast_queues
 
     profile = load_default()
-    for cpu, replayed in ((dict(cores_per_host=1), True), (dict(shared_cpu_cores=2), False)):
+    cpus = (dict(cores_per_host=1), dict(shared_cpu_cores=2))
+    for cpu in cpus:
         sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2,
                       stragglers={1: 1.5}, **cpu)
         spec = run_spec(profile, "ddp", 400, sc)
         costs = cost_inputs(spec, profile)
         assert 1_000_000 < des_messages(spec, costs) < 8_000_000
         if fast_queues._replay is not None:
-            assert (fast.unsupported(spec, costs) is None) == replayed, cpu
+            assert fast._replays_cpu(spec, costs), cpu
+    for cpu, replayed in zip(cpus, (True, False)):
+        sc = Scenario(global_batch=None, batch_per_rank=32, ranks_per_host=2,
+                      slow_links_Bps={3: 1.25e6}, algorithm="recursive_doubling", **cpu)
+        spec = run_spec(profile, "ddp", 32768, sc)
+        costs = cost_inputs(spec, profile)
+        assert des_messages(spec, costs) < 8_000_000
+        if fast_queues._replay is not None:
+            assert fast._replays_cpu(spec, costs) == replayed, cpu
     monkeypatch.setattr(fast_queues, "_replay", None)
-    spec = run_spec(profile, "ddp", 400, Scenario(global_batch=None, batch_per_rank=32,
-                                                  ranks_per_host=2, stragglers={1: 1.5},
-                                                  cores_per_host=1))
-    assert fast.unsupported(spec, cost_inputs(spec, profile)) is not None
+    for cpu in cpus:
+        spec = run_spec(profile, "ddp", 400, Scenario(global_batch=None, batch_per_rank=32,
+                                                      ranks_per_host=2, stragglers={1: 1.5},
+                                                      **cpu))
+        assert not fast._replays_cpu(spec, cost_inputs(spec, profile))

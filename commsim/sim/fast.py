@@ -90,9 +90,10 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``_binomial_ps_replayed``, ``_data_parallel_replayed``).  Where it is not exact,
 ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
-* jobs sharing a CPU out of step where the replay would hold more than ``_REPLAY_MESSAGES``
-  messages on one pool, ``_REPLAY_MESSAGES_ON_HOSTS`` on hosts' cores (a world ring on a pool
-  with a slow link: 2p(p-1) a collective, beyond about 400 ranks with DDP's three buckets,
+* jobs sharing a CPU out of step where the replay would hold more than
+  ``_REPLAY_MESSAGES_COMPILED`` messages (``_REPLAY_MESSAGES`` in the Python loop; on one pool
+  at most ``_REPLAY_POOL_STEPS`` messages x ranks) (a world ring on a pool with a slow link:
+  2p(p-1) a collective, beyond about 1,150 ranks with DDP's three buckets,
   every rank's every step at a time of its own; hierarchical's ring of hosts likewise,
   its trees inside hosts replayed with it over a row of every rank); ``auto`` then runs the
   DES only within ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
@@ -184,22 +185,28 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
 
 
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
-# beyond, ``--engine auto`` runs the DES, which keeps none.  On one pool of cores every job's
-# end moves every rank's jobs: some 9 us a message (DDP beside a slow link at 1,024 ranks,
-# 6.3 million messages: 54 s on a slow 2-core machine); on hosts' own cores about 1 us (two
-# ranks a host on one core beside a straggler or a slow link there: 5-8 s, 0.7-0.8 GiB, in
-# the compiled loop), so those replay up to the seconds the DES's own reach takes
-# (``simulate.AUTO_DES_MESSAGES``).
+# beyond, ``--engine auto`` runs the DES, which keeps none.  In the compiled loop about a
+# microsecond a message (DDP at 1,024 ranks beside a slow link or a straggler, two ranks a
+# host on one core or all on one pool: 6.3 million messages, 4-8 s and 0.7-0.8 GiB on a slow
+# 2-core machine), so an all-reduce's replay there holds up to the seconds the DES's own reach
+# takes (``simulate.AUTO_DES_MESSAGES``); the Python loop, the parameter server's and dp's a
+# million.
 _REPLAY_MESSAGES = 1_000_000
-_REPLAY_MESSAGES_ON_HOSTS = 8_000_000
+_REPLAY_MESSAGES_COMPILED = 8_000_000
+# On one pool a job's end moves every job there: an event costs up to a step a rank, fewer
+# where the jobs of one work left go together (``_replay.c``'s groups: the ranks' compute jobs
+# that start together).  A replay on a pool holds at most this many messages x ranks (DDP at
+# 1,024 ranks: 6.5e9), so that jobs that part keep it within seconds.
+_REPLAY_POOL_STEPS = 10_000_000_000
 
 
 def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     """Whether the run's processes can be replayed with the DES's processor sharing
     (``fast_queues.SharedCpus``): the parameter server, dp, and every all-reduce that is a
-    schedule of messages, within ``_REPLAY_MESSAGES`` (an all-reduce's on hosts' cores within
-    ``_REPLAY_MESSAGES_ON_HOSTS``, its memory checked before it starts: ``_fits_in_memory``;
-    a world ring of p uneven ranks sends 2p(p-1) a collective)."""
+    schedule of messages, within ``_REPLAY_MESSAGES`` (an all-reduce's in the compiled loop
+    within ``_REPLAY_MESSAGES_COMPILED``, on a pool within ``_REPLAY_POOL_STEPS``, its memory
+    checked before it starts: ``_fits_in_memory``; a world ring of p uneven ranks sends
+    2p(p-1) a collective)."""
     from commsim.strategies import get_strategy
 
     p = spec.world_size
@@ -226,9 +233,10 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size)
                              for blk in blocks)
     # (the Python loop, where no C compiler built the compiled one, is some ten times slower)
-    most = _REPLAY_MESSAGES if spec.cluster.shared_cpu_cores is not None \
-        or fast_queues._replay is None else _REPLAY_MESSAGES_ON_HOSTS
-    return per_collective * _collectives(spec, costs) <= most
+    most = _REPLAY_MESSAGES if fast_queues._replay is None else _REPLAY_MESSAGES_COMPILED
+    messages = per_collective * _collectives(spec, costs)
+    return messages <= most and (spec.cluster.shared_cpu_cores is None
+                                 or messages * p <= _REPLAY_POOL_STEPS)
 
 
 # A whole replay's memory a message, at its peak: its seven columns, its rows in the actions'

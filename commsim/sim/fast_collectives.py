@@ -1065,8 +1065,9 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
             # of it when it came, differs from that in the last bits, and over a hundred ranks
             # on two cores such a difference reordered two near-simultaneous ends (DDP, fp16,
             # three ranks a host beside a slow link: 2e-6 off).  A replay on a pool holds at
-            # most ``fast._REPLAY_MESSAGES``, so the cost (a pass over the pool's jobs at
-            # each of its events) stays bounded.
+            # most ``fast._REPLAY_POOL_STEPS`` messages x ranks, so the cost (a pass over the
+            # pool's jobs, or the compiled loop's groups of them, at each of its events)
+            # stays bounded.
             cpus = fast_queues.SharedCpus(
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
                 run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
