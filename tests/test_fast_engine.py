@@ -144,7 +144,7 @@ def test_single_rank():
 
 def test_auto_falls_back_where_fast_is_not_exact(monkeypatch):
     """A run the fast engine finds on the way it cannot follow exactly (``NotExact``) goes to
-    the DES, and a world ring of 1,024 ranks on one pool with a slow link (2p(p-1) messages a
+    the DES, and a world ring of 2,048 ranks on one pool with a slow link (2p(p-1) messages a
     collective at as many instants, more than a replay holds) is refused up front."""
     import commsim.simulate
     from commsim.api import run_spec
@@ -162,7 +162,7 @@ def test_auto_falls_back_where_fast_is_not_exact(monkeypatch):
         assert predict(PROFILE, "ring", 2, shared, engine="auto").engine == "des"
         with pytest.raises(UserError, match="a reason found on the way"):
             predict(PROFILE, "ring", 2, shared, engine="fast")
-    spec = run_spec(PROFILE, "ddp", 1024, Scenario(global_batch=None, batch_per_rank=1,
+    spec = run_spec(PROFILE, "ddp", 2048, Scenario(global_batch=None, batch_per_rank=1,
                                                    shared_cpu_cores=2, slow_links_Bps={0: 1e6}))
     assert "CPU pool" in unsupported(spec, cost_inputs(spec, PROFILE))
     spec = run_spec(PROFILE, "ddp", 64, Scenario(global_batch=None, batch_per_rank=1,
