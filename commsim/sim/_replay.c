@@ -51,7 +51,8 @@ typedef struct { Job *v; int64_t n, cap; } Jobs;
 
 /* ``fast_queues.SharedCpus``'s jobs: on a pool, a heap keyed by (the CPU's work done per job
  * at its end, arrival order), ``end`` and ``done0`` its work done when it came; with
- * ``per_job``, a list in arrival order whose ``work`` is its work left. */
+ * ``per_job``, groups (below), a job ended or handed back to Python a record with its work
+ * left in ``work``. */
 typedef struct { double end; int64_t order, k; double threads; int compute; double work, done0; }
     Shared;
 typedef struct { Shared *v; int64_t n, cap; } SharedJobs;

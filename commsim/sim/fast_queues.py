@@ -161,7 +161,8 @@ class SharedCpus:
     differ in the last bit: two of a host's jobs whose ends tie in one end apart in the
     other, and the DES's event order with them (DDP over four ranks a host on one core, a
     tie the other way: 8.7e-4 off; 102 ranks on a pool of two cores, 2e-6 off).  So a
-    replay keeps each job's work left (``per_job``), O(jobs) per event as the DES; the heap is
+    replay keeps each job's work left (``per_job``), O(jobs) per event as the DES (the
+    compiled loop: O(distinct works left), its jobs of one work left a group); the heap is
     for the event loops that time a pool of tens of thousands of ranks (the parameter
     server's last scatter, dp's phases, binomial ps's classes)."""
 
