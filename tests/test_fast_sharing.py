@@ -618,3 +618,35 @@ def test_a_pools_equal_jobs_go_together_to_the_bit(monkeypatch, extra):
     des = predict(profile, "ddp", hosts, sc, engine="des")
     assert_same(des, compiled)
     assert compiled.iteration_s == des.iteration_s
+
+
+@pytest.mark.parametrize("hosts, cpu, settles", [(10, dict(cores_per_host=1), True),
+                                                 (12, dict(shared_cpu_cores=2), True),
+                                                 (16, dict(cores_per_host=1), False)])
+def test_a_ring_per_tensor_goes_on_in_step_after_the_first_tensor(monkeypatch, hosts, cpu,
+                                                                  settles):
+    """Beside a straggler a ring per tensor's first all-reduce makes every rank wait for every
+    other; where it leaves every rank at one instant (to the bit), the rest is the cluster
+    without the straggler's, one period standing for all, and the optimizer steps share each
+    CPU from there (``fast._first_tensor_then_in_step``): the DES's answer within its
+    tolerance, the runs engine set aside.  Where it leaves them a rounding apart (16 hosts
+    of two ranks on one core each), every rank is replayed instead."""
+    from commsim.api import scenario
+    from commsim.profile import load_default
+    from commsim.sim import fast
+
+    monkeypatch.setattr(fast.fast_runs, "covers", lambda spec: False)
+    answered = []
+    settled = fast._first_tensor_then_in_step
+
+    def first_tensor_then_in_step(spec, costs):
+        timing = settled(spec, costs)
+        answered.append(spec.world_size)
+        return timing
+
+    monkeypatch.setattr(fast, "_first_tensor_then_in_step", first_tensor_then_in_step)
+    sc = scenario(batch_per_rank=32, ranks_per_host=2, straggler=["1:1.5"], **cpu)
+    profile = load_default()
+    fast_answer = predict(profile, "ring", hosts, sc, engine="fast")
+    assert bool(answered) == settles
+    assert_same(predict(profile, "ring", hosts, sc, engine="des"), fast_answer)

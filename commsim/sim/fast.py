@@ -76,6 +76,10 @@ times directly, with numpy over ranks, from the recurrences the DES obeys:
    batches (``_Ring._glide``), whole steps of the runs in step at once (``_Ring._stride``).
    A ring per tensor of two ranks a host on each host's cores goes by runs too, a CPU for
    each host a run's end shares with another run (O(p^2) events there: to about 230 ranks).
+   Beyond, and wherever the runs part, a ring per tensor beside stragglers whose first
+   all-reduce leaves every rank alike goes on as the cluster without them
+   (``_first_tensor_then_in_step``: that all-reduce replayed over every rank, O(p^2)
+   messages, the rest one period's recurrences).
 
 Where this is exact (agreement with the DES to float rounding, ~1e-12; see tests): every
 strategy, algorithm and ``predict`` option (sync_every, group_size, fp16, no_overlap, buffer
@@ -83,7 +87,8 @@ broadcast on or off), any node count, stragglers, slow links, ranks_per_host > 1
 share a CPU beyond the recurrences' rates (a pool of cores, an efficiency curve, calibrated
 contention, more runnable threads than cores) are exact where the ranks of a CPU keep in step
 (``_in_step``: equal jobs running together), on lockstep worlds (4.), for the linear parameter
-server and dp on a pool (5.), for a world ring of stragglers on a pool (6.), and elsewhere
+server and dp on a pool (5.), for a world ring of stragglers on a pool (6.) or settled after
+its first tensor, and elsewhere
 replayed with the DES's processor sharing: every rank's
 process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``_replays_cpu``; ``_sync_replayed`` with ``Run.sharing``, ``_linear_ps_replayed``,
@@ -140,7 +145,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -179,7 +184,7 @@ def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> 
         return "it does not model hierarchical all-reduces within groups of several ranks a host"
     reason = _cpu_reason(spec, costs)
     if (reason is None or fast_lockstep.covers(spec) or fast_runs.covers(spec)
-            or _replays_cpu(spec, costs)):
+            or _replays_cpu(spec, costs) or _settles_after_first_tensor(spec, costs)):
         return None     # every rank alike (one rank's events), or the DES's CPUs replayed
     return reason
 
@@ -237,6 +242,72 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
     messages = per_collective * _collectives(spec, costs)
     return messages <= most and (spec.cluster.shared_cpu_cores is None
                                  or messages * p <= _REPLAY_POOL_STEPS)
+
+
+def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
+    """Whether ``_first_tensor_then_in_step`` may answer ``spec``: a world ring of every tensor
+    after backward beside stragglers (no slow link: that stays) whose cluster without them
+    keeps its CPUs' jobs in step (``_in_step``), the first tensor's all-reduce within a
+    replay's reach (``_replays_cpu``'s, one collective)."""
+    from commsim.strategies import get_strategy
+
+    c = spec.cluster
+    p = spec.world_size
+    if (spec.strategy != "ring" or not spec.stragglers or c.slow_links_Bps
+            or len(costs.param_bytes) < 2
+            or (get_strategy(spec.strategy).algorithm(spec) or "ring") != "ring"
+            or not _in_step(replace(spec, stragglers={}))):
+        return False
+    messages = _MESSAGES["ring"](p)
+    return (messages <= (_REPLAY_MESSAGES if fast_queues._replay is None
+                         else _REPLAY_MESSAGES_COMPILED)
+            and (c.shared_cpu_cores is None or messages * p <= _REPLAY_POOL_STEPS))
+
+
+def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
+    """``ring_like`` for a world ring of every tensor after backward beside stragglers, where
+    the first tensor's all-reduce leaves every rank alike: that all-reduce replayed over every
+    rank with the DES's processor sharing, the rest as the cluster without stragglers runs
+    it, one period of its ranks standing for all; ``NotExact`` where the ranks are not alike.
+
+    A straggler is late only to the first all-reduce, which makes every rank wait for every
+    other; the ring leaves every rank at one instant there (two ranks a host on one core each
+    beside a straggler, 1,000 and 1,024 ranks: to the bit), its hosts' CPUs idle and their NIC
+    directions free.  From there the cluster is a uniform one's, whose ranks sharing a CPU
+    reduce in step (``_in_step``): the remaining tensors' all-reduces are ``_sync``'s over a
+    period, and the optimizer steps share each CPU from that instant (``shared_ends``: the
+    straggler's longer).  Where the ranks come out a rounding apart (a straggler on one pool
+    at 1,024 ranks; two ranks a host at 32), the run is left to the others.  The replay is
+    O(p^2) messages (the ring's 2p(p-1)), against the DES's O(p^2) a tensor."""
+    p = spec.world_size
+    ranks = np.arange(p)
+    run = Run(spec, costs, ranks)
+    run.replays = run.sharing = True
+    start = np.zeros(p)
+    synced, _, _ = _sync_replayed(run, [Block(ranks[None], p)], "ring", False, start,
+                                  tensors=1)
+    t = float(synced[0])
+    if np.any(synced != t) or (run.nics is not None
+                               and any(np.any(x > t) for x in run.nics.free)):
+        raise NotExact("the ranks are still uneven after the first tensor's all-reduce")
+    uniform = replace(spec, stragglers={})
+    period, blocks = _blocks(uniform, "ring")
+    twin = Run(uniform, costs, period)
+    synced, later = np.full(period.size, t), np.zeros(period.size)
+    for nbytes in costs.param_bytes[1:]:
+        end = _allreduce(twin, blocks, "ring", synced, nbytes)
+        later, synced = later + (end - synced), end
+    _add_tiled(run, twin)
+    synced = _tile(synced, p)
+    cores, sharers = cpu_of(spec)
+    finish = shared_ends(synced.reshape(-1, sharers),
+                         (costs.optimizer_s * run.factor).reshape(-1, sharers),
+                         costs.threads_per_rank, cores, spec.cluster.cpu_efficiency,
+                         tuple((x, sp) for x, _, sp in costs.contention)).ravel()
+    compute = run.compute_s[-p:] + (finish - synced)
+    comm = run.comm_s[-p:] + _tile(later, p)
+    return _timing(p, finish, compute, comm, run.sent, run.received,
+                   _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
 
 
 # A whole replay's memory a message, at its peak: its seven columns, its rows in the actions'
@@ -576,12 +647,19 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         except NotExact:
             if not _replays_cpu(spec, costs):    # classes parted: replay every rank
                 raise
+    refused = None
     if shares_cpu and fast_runs.covers(spec):
         try:
             return _runs(spec, costs, buckets, broadcast_buffers)
-        except NotExact:
-            if not _replays_cpu(spec, costs):    # the runs kept parting: replay every rank
-                raise
+        except NotExact as parted:                 # the runs kept parting
+            refused = parted
+    if shares_cpu and not buckets and _settles_after_first_tensor(spec, costs):
+        try:
+            return _first_tensor_then_in_step(spec, costs)
+        except NotExact as uneven:                 # still uneven after the first tensor
+            refused = refused or uneven
+    if refused is not None and not _replays_cpu(spec, costs):     # else every rank replayed
+        raise refused
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:
         algorithm = "ring"     # every host's ring rank is the host: the same messages
