@@ -1,14 +1,3 @@
-def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
-    """Where the fast engine's checks refuse up front, the refusal names the most ranks auto
-    answers with the same options (a ring per tensor on one pool beside a slow link, its
-    replay held here to a million messages: 121 ranks of VGG-11's 34 tensors): auto answers
-    there, and one host more is refused; a straggler whose rank no smaller run holds gets no
-    such number."""
-    import re
-
-    from commsim.sim import fast
-
-    monkeypatch.setattr(fast, "_REPLAY_MESSAGES_COMPILED", fast._REPLAY_MESSAGES)
 """``--engine auto`` runs the DES only where it ends in reasonable time.
 
 Where the fast engine has no exact path (a world ring on one pool of cores with a slow link
@@ -158,12 +147,17 @@ def test_a_replay_past_the_free_memory_is_declined_before_it_starts(capsys, monk
     assert code == 2 and out == "" and err.count("\n") == 1 and "memory" in err
 
 
-def test_a_refusal_says_how_many_ranks_auto_answers(capsys):
+def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
     """Where the fast engine's checks refuse up front, the refusal names the most ranks auto
-    answers with the same options (a ring per tensor on one pool beside a slow link: the
-    replay's million messages, 121 ranks of VGG-11's 34 tensors): auto answers there, and one
-    host more is refused; a straggler whose rank no smaller run holds gets no such number."""
+    answers with the same options (a ring per tensor on one pool beside a slow link, its
+    replay held here to a million messages: 121 ranks of VGG-11's 34 tensors): auto answers
+    there, and one host more is refused; a straggler whose rank no smaller run holds gets no
+    such number."""
     import re
+
+    from commsim.sim import fast
+
+    monkeypatch.setattr(fast, "_REPLAY_MESSAGES_COMPILED", fast._REPLAY_MESSAGES)
 
     code = main(["predict", "--strategy", "ring", "--nodes", "1024", "--batch-per-rank", "32",
                  "--shared-cpu-cores", "2", "--slow-link", "3:10mbit"])
