@@ -201,6 +201,18 @@ HEAP(jobs, Shared, shared_before)
     }
 FINISHED(fixed, Job, w)
 
+/* Room for one more after array v's n items where it is full (n == cap): its capacity
+ * doubled (first, the first time); else ``fail`` with MemoryError set. */
+#define GROW(v, n, cap, first, fail)                                                     \
+    do {                                                                                 \
+        if ((n) == (cap)) {                                                              \
+            int64_t more_ = (cap) ? 2 * (cap) : (first);                                 \
+            void *grown_ = realloc((v), (size_t)more_ * sizeof *(v));                    \
+            if (!grown_) { PyErr_NoMemory(); fail; }                                     \
+            (v) = grown_; (cap) = more_;                                                 \
+        }                                                                                \
+    } while (0)
+
 /* The instant's queue with room for one more (what was taken from its front let go). */
 static int queue_room(S *s) {
     if (s->q_tail < s->q_cap) return 0;
@@ -210,10 +222,7 @@ static int queue_room(S *s) {
         s->q_tail -= s->q_head; s->q_head = 0;
         if (s->q_tail < s->q_cap) return 0;
     }
-    int64_t cap = s->q_cap ? 2 * s->q_cap : 1024;
-    Event *q = realloc(s->queue, cap * sizeof(Event));
-    if (!q) { PyErr_NoMemory(); return -1; }
-    s->queue = q; s->q_cap = cap;
+    GROW(s->queue, s->q_tail, s->q_cap, 1024, return -1);
     return 0;
 }
 
@@ -292,12 +301,7 @@ static int64_t new_instant(S *s, double t) {
     s->slots[k].t = t; s->slots[k].n = 0;
     s->at[place(s, t)] = k;
     s->at_n++;
-    if (s->due_n == s->due_cap) {
-        int64_t cap = s->due_cap ? 2 * s->due_cap : 1024;
-        Instant *h = realloc(s->due, cap * sizeof(Instant));
-        if (!h) { PyErr_NoMemory(); return -1; }
-        s->due = h; s->due_cap = cap;
-    }
+    GROW(s->due, s->due_n, s->due_cap, 1024, return -1);
     Instant entry = {t, k};
     instants_up(s->due, s->due_n++, entry);
     return k;
@@ -316,12 +320,7 @@ static inline __attribute__((always_inline)) int push(S *s, double t, int kind, 
     int64_t k = s->at_cap ? s->at[place(s, t)] : -1;
     if (k < 0 && (k = new_instant(s, t)) < 0) return -1;
     Slot *slot = &s->slots[k];
-    if (slot->n == slot->cap) {
-        int64_t cap = slot->cap ? 2 * slot->cap : 8;
-        Event *v = realloc(slot->v, cap * sizeof(Event));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        slot->v = v; slot->cap = cap;
-    }
+    GROW(slot->v, slot->n, slot->cap, 8, return -1);
     slot->v[slot->n++] = e;
     return 0;
 }
@@ -492,12 +491,7 @@ static int reschedule(S *s, int64_t h, double t) {
 
 static int add_job(S *s, int64_t h, double w, double r, int64_t k) {
     Jobs *running = &s->jobs[h];
-    if (running->n == running->cap) {
-        int64_t cap = running->cap ? 2 * running->cap : 4;
-        Job *v = realloc(running->v, cap * sizeof(Job));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        running->v = v; running->cap = cap;
-    }
+    GROW(running->v, running->n, running->cap, 4, return -1);
     running->v[running->n++] = (Job){w, r, k};
     return 0;
 }
@@ -586,12 +580,7 @@ static int cpu_advance(S *s, int64_t c, double t) {
  * work left is its work. */
 static int group_add(S *s, int64_t c, double work, Member job) {
     if (s->members_free < 0) {
-        if (s->members_n == s->members_cap) {
-            int64_t cap = s->members_cap ? 2 * s->members_cap : 64;
-            Member *v = realloc(s->members, cap * sizeof(Member));
-            if (!v) { PyErr_NoMemory(); return -1; }
-            s->members = v; s->members_cap = cap;
-        }
+        GROW(s->members, s->members_n, s->members_cap, 64, return -1);
         s->members[s->members_n].next = -1;
         s->members_free = s->members_n++;
     }
@@ -607,12 +596,7 @@ static int group_add(S *s, int64_t c, double work, Member job) {
             gs->v[g].tail = m;
             return 0;
         }
-    if (gs->n == gs->cap) {
-        int64_t cap = gs->cap ? 2 * gs->cap : 8;
-        Group *v = realloc(gs->v, cap * sizeof(Group));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        gs->v = v; gs->cap = cap;
-    }
+    GROW(gs->v, gs->n, gs->cap, 8, return -1);
     gs->v[gs->n++] = (Group){work, m, m};
     return 0;
 }
@@ -655,12 +639,7 @@ static int64_t group_finished(S *s, int64_t c, Shared *out) {
 }
 
 static int shared_add(S *s, SharedJobs *jobs, Shared job) {
-    if (jobs->n == jobs->cap) {
-        int64_t cap = jobs->cap ? 2 * jobs->cap : 8;
-        Shared *v = realloc(jobs->v, cap * sizeof(Shared));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        jobs->v = v; jobs->cap = cap;
-    }
+    GROW(jobs->v, jobs->n, jobs->cap, 8, return -1);
     jobs_up(jobs->v, jobs->n++, job);
     return 0;
 }
