@@ -237,18 +237,24 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         _, blocks = _blocks(spec, algorithm)
         per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size)
                              for blk in blocks)
-    # (the Python loop, where no C compiler built the compiled one, is some ten times slower)
+    return _within_reach(spec, per_collective * _collectives(spec, costs))
+
+
+def _within_reach(spec: RunSpec, messages: int) -> bool:
+    """Whether a replay of an all-reduce's ``messages`` with the DES's processor sharing is
+    within reach: ``_REPLAY_MESSAGES_COMPILED`` of them in the compiled loop (the Python
+    loop, where no C compiler built it, is some ten times slower: ``_REPLAY_MESSAGES``), on
+    one pool ``_REPLAY_POOL_STEPS`` messages x ranks."""
     most = _REPLAY_MESSAGES if fast_queues._replay is None else _REPLAY_MESSAGES_COMPILED
-    messages = per_collective * _collectives(spec, costs)
     return messages <= most and (spec.cluster.shared_cpu_cores is None
-                                 or messages * p <= _REPLAY_POOL_STEPS)
+                                 or messages * spec.world_size <= _REPLAY_POOL_STEPS)
 
 
 def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
     """Whether ``_first_tensor_then_in_step`` may answer ``spec``: a world ring of every tensor
     after backward beside stragglers (no slow link: that stays) whose cluster without them
     keeps its CPUs' jobs in step (``_in_step``), the first tensor's all-reduce within a
-    replay's reach (``_replays_cpu``'s, one collective)."""
+    replay's reach (``_within_reach``)."""
     from commsim.strategies import get_strategy
 
     c = spec.cluster
@@ -258,10 +264,7 @@ def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
             or (get_strategy(spec.strategy).algorithm(spec) or "ring") != "ring"
             or not _in_step(replace(spec, stragglers={}))):
         return False
-    messages = _MESSAGES["ring"](p)
-    return (messages <= (_REPLAY_MESSAGES if fast_queues._replay is None
-                         else _REPLAY_MESSAGES_COMPILED)
-            and (c.shared_cpu_cores is None or messages * p <= _REPLAY_POOL_STEPS))
+    return _within_reach(spec, _MESSAGES["ring"](p))
 
 
 def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
