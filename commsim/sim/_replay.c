@@ -644,6 +644,17 @@ static int shared_add(S *s, SharedJobs *jobs, Shared job) {
     return 0;
 }
 
+/* ``S.ended`` with room for every one of CPU c's jobs: 0, or -1 with MemoryError set. */
+static int ended_room(S *s, int64_t c) {
+    int64_t n = cpu_jobs(s, c);
+    if (s->ended_cap < n) {
+        Shared *v = realloc(s->ended, n * sizeof(Shared));
+        if (!v) { PyErr_NoMemory(); return -1; }
+        s->ended = v; s->ended_cap = n;
+    }
+    return 0;
+}
+
 static int by_order(const void *x, const void *y) {
     int64_t a = ((const Shared *)x)->order, b = ((const Shared *)y)->order;
     return (a > b) - (a < b);
@@ -707,12 +718,8 @@ static int cpu_reschedule(S *s, int64_t c, double t) {
 static int cpu_finish_due(S *s, int64_t c, double t) {
     if (cpu_advance(s, c, t) < 0) return -1;
     SharedJobs *jobs = &s->shared[c];
-    int64_t count = 0, n = cpu_jobs(s, c);
-    if (s->ended_cap < n) {                     /* (room for every job) */
-        Shared *v = realloc(s->ended, n * sizeof(Shared));
-        if (!v) { PyErr_NoMemory(); return -1; }
-        s->ended = v; s->ended_cap = n;
-    }
+    int64_t count = 0;
+    if (ended_room(s, c) < 0) return -1;
     if (s->per_job) {
         count = group_finished(s, c, s->ended);
     } else {
@@ -724,19 +731,7 @@ static int cpu_finish_due(S *s, int64_t c, double t) {
         }
     }
     if (!cpu_jobs(s, c)) s->done[c] = 0.0;
-    if (count > 16) {                           /* (a group's many: sorted by arrival) */
-        qsort(s->ended, count, sizeof(Shared), by_order);
-    } else {
-        for (int64_t i = 1; i < count; i++) {    /* (few: insertion sort) */
-            Shared x = s->ended[i];
-            int64_t j = i;
-            while (j > 0 && s->ended[j - 1].order > x.order) {
-                s->ended[j] = s->ended[j - 1];
-                j--;
-            }
-            s->ended[j] = x;
-        }
-    }
+    if (count > 1) qsort(s->ended, count, sizeof(Shared), by_order);   /* (by arrival) */
     s->rate_c[c] = s->cap_c[c] = NAN;
     for (int64_t i = 0; i < count; i++) {
         Shared *job = &s->ended[i];
@@ -1212,11 +1207,7 @@ static PyObject *cpus_state(S *s) {
         SharedJobs *js = &s->shared[c];
         if (s->per_job) {                       /* (the groups' jobs, in arrival order) */
             int64_t n = 0;
-            if (s->ended_cap < s->groups[c].jobs) {
-                Shared *v = realloc(s->ended, s->groups[c].jobs * sizeof(Shared));
-                if (!v) { Py_DECREF(jobs); return PyErr_NoMemory(); }
-                s->ended = v; s->ended_cap = s->groups[c].jobs;
-            }
+            if (ended_room(s, c) < 0) { Py_DECREF(jobs); return NULL; }
             Groups *gs = &s->groups[c];
             for (int64_t g = 0; g < gs->n; g++)
                 for (int64_t m = gs->v[g].head; m >= 0; m = s->members[m].next) {
