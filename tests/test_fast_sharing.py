@@ -620,6 +620,49 @@ def test_a_pools_equal_jobs_go_together_to_the_bit(monkeypatch, extra):
     assert compiled.iteration_s == des.iteration_s
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profile=st.sampled_from(["plain", "bundled"]), hosts=st.integers(3, 12),
+       local=st.sampled_from([1, 2]),
+       cpu=st.sampled_from([dict(cores_per_host=1), dict(cores_per_host=1.5),
+                            dict(cores_per_host=2), dict(shared_cpu_cores=1),
+                            dict(shared_cpu_cores=3)]),
+       stragglers=st.dictionaries(st.integers(0, 23), st.sampled_from([1.2, 1.5, 2.0]),
+                                  min_size=1, max_size=2),
+       extra=st.sampled_from([{}, dict(sync_every=2), dict(bandwidth_Bps=1.25e9),
+                              dict(threads_per_rank=2)]))
+def test_a_ring_per_tensor_after_its_first_tensor_matches_the_des(profile, hosts, local, cpu,
+                                                                   stragglers, extra):
+    """Stragglers beside a ring per tensor on crowded CPUs, the runs engine set aside: where
+    the first all-reduce leaves the ranks within ``fast._SETTLED_SPREAD`` of one instant the
+    rest goes on in step from the last of them (``fast._first_tensor_then_in_step``), else
+    every rank is replayed; either way the DES's times."""
+    from unittest import mock
+
+    from hypothesis import event
+
+    from commsim.sim import fast
+
+    p = hosts * local
+    cpu = {k: v * local if k == "cores_per_host" else v for k, v in cpu.items()}
+    sc = Scenario(global_batch=None, batch_per_rank=16, ranks_per_host=local,
+                  stragglers={r: f for r, f in stragglers.items() if r < p} or {0: 1.5},
+                  **cpu, **extra)
+    chosen = profile_named(profile)
+    answered = []
+    settled = fast._first_tensor_then_in_step
+
+    def first_tensor_then_in_step(spec, costs):
+        timing = settled(spec, costs)
+        answered.append(True)
+        return timing
+
+    with mock.patch.object(fast.fast_runs, "covers", lambda spec: False), \
+            mock.patch.object(fast, "_first_tensor_then_in_step", first_tensor_then_in_step):
+        fast_answer = predict(chosen, "ring", hosts, sc, engine="fast")
+    event("settled after the first tensor" if answered else "every rank replayed")
+    assert_same_times(predict(chosen, "ring", hosts, sc, engine="des"), fast_answer)
+
+
 @pytest.mark.parametrize("hosts, cpu, spread, settles", [
     (10, dict(cores_per_host=1), None, True), (12, dict(shared_cpu_cores=2), None, True),
     (16, dict(cores_per_host=1), None, True), (20, dict(cores_per_host=1.5), None, True),
