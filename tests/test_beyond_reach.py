@@ -217,10 +217,10 @@ def test_the_compiled_loop_replays_eight_times_the_python_loops_messages(monkeyp
 def test_a_ring_per_tensor_beside_a_straggler_settles_after_its_first_tensor(cpu):
     """Two ranks a host on one core each (or all on one pool) beside a straggler, a ring per
     tensor, 1,024 ranks: past the runs engine's reach (O(p^2) events, to about 230 ranks; on
-    the pool its runs keep parting) and
-    every rank's replay's (2p(p-1) messages a tensor: 71 million), answered by the first
-    tensor's replay alone (2.1 million messages), which leaves every rank at one instant (on
-    the pool 50 instants within 2.4e-13 of it), and the rest in step."""
+    the pool its runs keep parting) and every rank's replay's (2p(p-1) messages a tensor: 71
+    million), answered by the first tensor's replay alone (2.1 million messages), which
+    leaves every rank at one instant (on the pool 50 instants within 2.4e-13 of it), and the
+    rest in step."""
     from commsim.sim import fast, fast_queues
 
     profile = load_default()

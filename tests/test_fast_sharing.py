@@ -620,6 +620,21 @@ def test_a_pools_equal_jobs_go_together_to_the_bit(monkeypatch, extra):
     assert compiled.iteration_s == des.iteration_s
 
 
+def noting(answered: list):
+    """``fast._first_tensor_then_in_step`` that appends to ``answered`` the ranks of each run
+    it answers."""
+    from commsim.sim import fast
+
+    settled = fast._first_tensor_then_in_step
+
+    def first_tensor_then_in_step(spec, costs):
+        timing = settled(spec, costs)
+        answered.append(spec.world_size)
+        return timing
+
+    return first_tensor_then_in_step
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profile=st.sampled_from(["plain", "bundled"]), hosts=st.integers(3, 12),
        local=st.sampled_from([1, 2]),
@@ -649,15 +664,8 @@ def test_a_ring_per_tensor_after_its_first_tensor_matches_the_des(profile, hosts
                   **cpu, **extra)
     chosen = profile_named(profile)
     answered = []
-    settled = fast._first_tensor_then_in_step
-
-    def first_tensor_then_in_step(spec, costs):
-        timing = settled(spec, costs)
-        answered.append(True)
-        return timing
-
     with mock.patch.object(fast.fast_runs, "covers", lambda spec: False), \
-            mock.patch.object(fast, "_first_tensor_then_in_step", first_tensor_then_in_step):
+            mock.patch.object(fast, "_first_tensor_then_in_step", noting(answered)):
         fast_answer = predict(chosen, "ring", hosts, sc, engine="fast")
     event("settled after the first tensor" if answered else "every rank replayed")
     assert_same_times(predict(chosen, "ring", hosts, sc, engine="des"), fast_answer)
@@ -685,14 +693,7 @@ def test_a_ring_per_tensor_goes_on_in_step_after_the_first_tensor(monkeypatch, h
     if spread is not None:
         monkeypatch.setattr(fast, "_SETTLED_SPREAD", spread)
     answered = []
-    settled = fast._first_tensor_then_in_step
-
-    def first_tensor_then_in_step(spec, costs):
-        timing = settled(spec, costs)
-        answered.append(spec.world_size)
-        return timing
-
-    monkeypatch.setattr(fast, "_first_tensor_then_in_step", first_tensor_then_in_step)
+    monkeypatch.setattr(fast, "_first_tensor_then_in_step", noting(answered))
     sc = scenario(batch_per_rank=32, ranks_per_host=2, straggler=["1:1.5"], **cpu)
     profile = load_default()
     fast_answer = predict(profile, "ring", hosts, sc, engine="fast")

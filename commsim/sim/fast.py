@@ -253,8 +253,9 @@ def _within_reach(spec: RunSpec, messages: int) -> bool:
 # How far apart (relative to their instant) the ranks may leave the first tensor's all-reduce
 # and still go on as one from the last of them.  What follows is a uniform ring, whose ends
 # move with its starts by no more than the starts' spread (a max-plus recurrence; a CPU's
-# processor sharing of equal jobs a rounding apart ends them no further apart): the answer is
-# within this of the DES's, a thousand times below the 1e-9 the engines are held to.  Sums
+# processor sharing of equal jobs a rounding apart ends them no further apart): going on from
+# the last start moves the answer by at most this, a thousand times below the 1e-9 the
+# engines are held to.  Sums
 # in the replay's order leave the ranks a few roundings apart (a few 1e-15 at 32 ranks on
 # one core a host, 2.4e-13 at 1,024 on one pool).
 _SETTLED_SPREAD = 1e-12
