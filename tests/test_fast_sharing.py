@@ -648,9 +648,9 @@ def noting(answered: list):
 def test_a_ring_per_tensor_after_its_first_tensor_matches_the_des(profile, hosts, local, cpu,
                                                                    stragglers, extra):
     """Stragglers beside a ring per tensor on crowded CPUs, the runs engine set aside: where
-    the first all-reduce leaves the ranks within ``fast._SETTLED_SPREAD`` of one instant the
-    rest goes on in step from the last of them (``fast._first_tensor_then_in_step``), else
-    every rank is replayed; either way the DES's times."""
+    the first all-reduce leaves the ranks at one instant the rest goes on in step
+    (``fast._first_tensor_then_in_step``), else every rank is replayed; either way the DES's
+    times."""
     from unittest import mock
 
     from hypothesis import event
@@ -671,27 +671,24 @@ def test_a_ring_per_tensor_after_its_first_tensor_matches_the_des(profile, hosts
     assert_same_times(predict(chosen, "ring", hosts, sc, engine="des"), fast_answer)
 
 
-@pytest.mark.parametrize("hosts, cpu, spread, settles", [
-    (10, dict(cores_per_host=1), None, True), (12, dict(shared_cpu_cores=2), None, True),
-    (16, dict(cores_per_host=1), None, True), (20, dict(cores_per_host=1.5), None, True),
-    (16, dict(cores_per_host=1), 0.0, False)])
+@pytest.mark.parametrize("hosts, cpu, settles", [(10, dict(cores_per_host=1), True),
+                                                 (12, dict(shared_cpu_cores=2), True),
+                                                 (16, dict(cores_per_host=1), False),
+                                                 (20, dict(cores_per_host=1.5), False)])
 def test_a_ring_per_tensor_goes_on_in_step_after_the_first_tensor(monkeypatch, hosts, cpu,
-                                                                  spread, settles):
+                                                                  settles):
     """Beside a straggler a ring per tensor's first all-reduce makes every rank wait for every
-    other; where it leaves every rank at one instant, the rest is the cluster without the
-    straggler's, one period standing for all, and the optimizer steps share each CPU from
-    there (``fast._first_tensor_then_in_step``): the DES's answer within its tolerance, the
-    runs engine set aside.  Where it leaves them a few roundings apart (16 hosts of two ranks
-    on one core each: 8 instants 1.7e-15 apart; 20 on one and a half cores: 10), the rest
-    starts from the last of them; where they may not be apart at all (``spread`` 0), every
-    rank is replayed instead."""
+    other; where it leaves every rank at one instant (to the bit), the rest is the cluster
+    without the straggler's, one period standing for all, and the optimizer steps share each
+    CPU from there (``fast._first_tensor_then_in_step``): the DES's answer within its
+    tolerance, the runs engine set aside.  Where it leaves them a rounding apart (16 hosts
+    of two ranks on one core each: 8 instants within 1.7e-15; 20 on one and a half cores: 10),
+    every rank is replayed instead: the DES's ranks do not come together again from there."""
     from commsim.api import scenario
     from commsim.profile import load_default
     from commsim.sim import fast
 
     monkeypatch.setattr(fast.fast_runs, "covers", lambda spec: False)
-    if spread is not None:
-        monkeypatch.setattr(fast, "_SETTLED_SPREAD", spread)
     answered = []
     monkeypatch.setattr(fast, "_first_tensor_then_in_step", noting(answered))
     sc = scenario(batch_per_rank=32, ranks_per_host=2, straggler=["1:1.5"], **cpu)

@@ -250,17 +250,6 @@ def _within_reach(spec: RunSpec, messages: int) -> bool:
                                  or messages * spec.world_size <= _REPLAY_POOL_STEPS)
 
 
-# How far apart (relative to their instant) the ranks may leave the first tensor's all-reduce
-# and still go on as one from the last of them.  What follows is a uniform ring, whose ends
-# move with its starts by no more than the starts' spread (a max-plus recurrence; a CPU's
-# processor sharing of equal jobs a rounding apart ends them no further apart): going on from
-# the last start moves the answer by at most this, a thousand times below the 1e-9 the
-# engines are held to.  Sums
-# in the replay's order leave the ranks a few roundings apart (a few 1e-15 at 32 ranks on
-# one core a host, 2.4e-13 at 1,024 on one pool).
-_SETTLED_SPREAD = 1e-12
-
-
 def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
     """Whether ``_first_tensor_then_in_step`` may answer ``spec``: a world ring of every tensor
     after backward beside stragglers (no slow link: that stays) whose cluster without them
@@ -286,15 +275,13 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
 
     A straggler is late only to the first all-reduce, which makes every rank wait for every
     other; the ring leaves every rank at one instant there (two ranks a host on one core each
-    beside a straggler, 1,000 and 1,024 ranks: to the bit), or a few roundings apart (on one
-    pool at 1,024 ranks, 2.4e-13 of it: within ``_SETTLED_SPREAD``, the rest starts from the
-    last of them, a rank there earlier waiting in the next all-reduce), its hosts' CPUs idle
-    and their NIC directions free.  From there the cluster is a uniform one's, whose ranks
-    sharing a CPU reduce in step (``_in_step``): the remaining tensors' all-reduces are
-    ``_sync``'s over a period, and the optimizer steps share each CPU from that instant
-    (``shared_ends``: the straggler's longer).  Where the ranks come out further apart, the
-    run is left to the others.  The replay is O(p^2) messages (the ring's 2p(p-1)), against
-    the DES's O(p^2) a tensor."""
+    beside a straggler, 1,000 and 1,024 ranks: to the bit), its hosts' CPUs idle and their NIC
+    directions free.  From there the cluster is a uniform one's, whose ranks sharing a CPU
+    reduce in step (``_in_step``): the remaining tensors' all-reduces are ``_sync``'s over a
+    period, and the optimizer steps share each CPU from that instant (``shared_ends``: the
+    straggler's longer).  Where the ranks come out a rounding apart (a straggler on one pool
+    at 1,024 ranks; two ranks a host at 32), the run is left to the others.  The replay is
+    O(p^2) messages (the ring's 2p(p-1)), against the DES's O(p^2) a tensor."""
     p = spec.world_size
     ranks = np.arange(p)
     run = Run(spec, costs, ranks)
@@ -302,11 +289,10 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
     start = np.zeros(p)
     synced, _, _ = _sync_replayed(run, [Block(ranks[None], p)], "ring", False, start,
                                   tensors=1)
-    t = float(synced.max())
-    if synced.min() < t * (1 - _SETTLED_SPREAD) or (
-            run.nics is not None and any(np.any(x > t) for x in run.nics.free)):
+    t = float(synced[0])
+    if np.any(synced != t) or (run.nics is not None
+                               and any(np.any(x > t) for x in run.nics.free)):
         raise NotExact("the ranks are still uneven after the first tensor's all-reduce")
-    first = synced      # (a rank there before ``t`` waits in the next all-reduce)
     uniform = replace(spec, stragglers={})
     period, blocks = _blocks(uniform, "ring")
     twin = Run(uniform, costs, period)
@@ -322,7 +308,7 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
                          costs.threads_per_rank, cores, spec.cluster.cpu_efficiency,
                          tuple((x, sp) for x, _, sp in costs.contention)).ravel()
     compute = run.compute_s[-p:] + (finish - synced)
-    comm = run.comm_s[-p:] + (t - first) + _tile(later, p)
+    comm = run.comm_s[-p:] + _tile(later, p)
     return _timing(p, finish, compute, comm, run.sent, run.received,
                    _hosts_of(spec, run.nic_sent), _hosts_of(spec, run.nic_received))
 
