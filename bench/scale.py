@@ -16,11 +16,12 @@ Steps:
    at each rank count with 32 samples per rank: one
    prediction in a child forked from this process (commsim imported, profile loaded: the
    prediction alone), its wall time (``time.perf_counter``), CPU time (``time.process_time``)
-   and the child's peak RSS (``os.wait4``); options the fast engine declines are named with its
-   reason and the messages the DES would move (``--engine auto`` runs the DES up to
+   and the child's peak RSS (``os.wait4``), with ``--engine auto`` as ``commsim predict``
+   runs it (the fast engine within seconds: asked for by name it would replay every rank
+   for as long as memory holds); options the fast engine declines are named with its reason
+   and the messages the DES would move (``--engine auto`` runs the DES up to
    ``AUTO_DES_MESSAGES`` and declines beyond), not run;
-3. for every option alone, three fresh ``python -m commsim predict ... --engine fast``
-   processes (commsim's modules compiled to bytecode first, as ``pip install`` leaves them):
+3. for every option alone, three fresh ``python -m commsim predict ...`` processes (commsim's modules compiled to bytecode first, as ``pip install`` leaves them):
    the median one's wall and CPU time including start-up, and its peak RSS;
 4. ``commsim sweep --nodes pow2:65536 --batch-per-rank 32`` for every strategy and algorithm (one
    command per algorithm, as ``--algorithm`` applies to every strategy of a sweep) and
@@ -204,11 +205,12 @@ def declined(prof: Profile, strategy: str, ranks: int, options: dict) -> str | N
 
 
 def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int) -> dict:
-    """One prediction (fast engine) in a forked child: wall time, engine, peak RSS."""
+    """One prediction (``--engine auto``, as ``commsim predict`` makes it) in a forked child:
+    wall time, engine, peak RSS."""
     def predict() -> dict:
         sc = api.scenario(batch_per_rank=BATCH, **options)
         t0, c0 = time.perf_counter(), time.process_time()
-        r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine="fast")
+        r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine="auto")
         return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                 "engine": r.engine, "iteration_s": r.iteration_s}
     return forked(predict, timeout)
@@ -349,7 +351,7 @@ def main(argv=None) -> int:
           f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores; "
           f"replays' event loop: {'compiled' if fast_queues._replay else 'Python (no compiler)'}")
     print("in-process: forked from this process (commsim imported, profile loaded); fresh: "
-          f"python -m commsim predict ... --engine fast, start-up included (bytecode compiled, "
+          f"python -m commsim predict ..., start-up included (bytecode compiled, "
           f"as pip install leaves it), the median of {FRESH_RUNS}")
     if not (args.no_fresh and args.no_commands):
         compile_bytecode()
@@ -383,7 +385,7 @@ def main(argv=None) -> int:
             if single and not args.no_fresh:
                 run = median_of(FRESH_RUNS, lambda: fresh(
                     ["predict", "--strategy", strategy, "--nodes", str(nodes_for(ranks, options)),
-                     "--batch-per-rank", str(BATCH), "--engine", "fast", *cli_flags(options)],
+                     "--batch-per-rank", str(BATCH), *cli_flags(options)],
                     args.timeout))
                 if "failed" in run:
                     missed.append(f"{label} ({strategy}, {ranks}) fresh: {run['failed']}")

@@ -7,6 +7,8 @@ Engines:
   one rank per host only.  The two agree exactly where both apply (tests).
 * ``fast``: the DES's event times computed from its recurrences over classes of ranks
   (``commsim.sim.fast``): same answers, seconds at 65,536 ranks; refuses what it cannot do exactly.
+  Asked for by name it replays every rank as long as the replay fits in memory (``fast.MEMORY``:
+  minutes where the DES takes hours); within auto, only where that takes seconds.
 * ``auto``: ``fast`` where it is exact, else ``des`` (where ``unsupported`` says so up front, or
   the fast engine raises ``NotExact`` on the way), unless the DES would move more than
   ``AUTO_DES_MESSAGES`` messages: then ``BeyondReach``, naming why, before any work.  The Result
@@ -20,7 +22,7 @@ from commsim.errors import BeyondReach, UserError
 from commsim.profile import Profile
 from commsim.result import Result, derive
 from commsim.sim.context import SimContext
-from commsim.sim.fast import NotExact, des_messages, run_fast, unsupported
+from commsim.sim.fast import MEMORY, NotExact, des_messages, run_fast, unsupported
 from commsim.spec import RunSpec
 from commsim.strategies import Timing, get_strategy
 
@@ -52,8 +54,9 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            why = (f"the fast engine has no exact path ({reason}), and "
-                   f"{_beyond(messages, _most_answered(spec, costs, timeline))}")
+            replays = unsupported(spec, costs, timeline=timeline, reach=MEMORY) is None
+            why = (f"the fast engine has no exact path within seconds ({reason}), and "
+                   f"{_beyond(messages, _most_answered(spec, costs, timeline), replays)}")
             raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:
         timing = run_engine(spec, profile, engine=engine, timeline=timeline, costs=costs)
@@ -64,14 +67,17 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                   model_bytes=profile.model_bytes, buffer_bytes=profile.buffer_bytes)
 
 
-def _beyond(messages: int, fewer: int | None = None) -> str:
+def _beyond(messages: int, fewer: int | None = None, replays: bool = False) -> str:
     """The DES's work where it is more than ``--engine auto`` starts, and what to do, in
-    words (``fewer``: the most ranks auto answers with the same options, where known)."""
+    words (``fewer``: the most ranks auto answers with the same options, where known;
+    ``replays``: whether ``--engine fast`` would replay every rank, exactly, in its stead)."""
     times = messages / AUTO_DES_MESSAGES
     up_to = f" (up to about {fewer:,} with these options)" if fewer else ""
+    fast = (", --engine fast to replay them all, exactly (about a microsecond a message where "
+            "the DES takes 25 to 80)" if replays else "")
     return (f"the DES would move about {messages:.2g} messages, {times:,.{int(times < 10)}f} "
-            f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks{up_to}, "
-            "or --engine des to wait for it")
+            f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks{up_to}"
+            f"{fast}, or --engine des to wait for it")
 
 
 def _most_answered(spec: RunSpec, costs, timeline: bool) -> int | None:
@@ -138,7 +144,7 @@ def run_engine(spec: RunSpec, profile: Profile, *, engine: str, timeline: bool,
         if timeline:
             raise UserError("--engine fast does not record a timeline; use --engine des")
         try:
-            return run_fast(spec, costs)
+            return run_fast(spec, costs, MEMORY)
         except NotExact as exc:
             messages = des_messages(spec, costs)
             if messages <= AUTO_DES_MESSAGES:

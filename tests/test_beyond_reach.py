@@ -18,7 +18,7 @@ from commsim.profile import load_default
 from commsim.sim import engine
 from commsim.sim.fast import des_messages
 from commsim.simulate import AUTO_DES_MESSAGES
-from test_fast_engine import PROFILE
+from test_fast_engine import PROFILE, assert_same
 
 # A slow link parts a world ring on one pool at every step: its ranks' every step is an
 # instant of its own.
@@ -84,19 +84,23 @@ def test_the_cli_says_it_in_one_line(capsys):
                                            (4, "--engine auto or des")])
 def test_engine_fast_advises_auto_only_where_auto_would_run(capsys, monkeypatch, nodes,
                                                             advice):
-    """A world ring on one pool beside a slow link: past a replay's reach at 1,024 ranks; at
-    4 the fast engine replays it, so a reason found on the way stands in for one."""
+    """A world ring on one pool beside a slow link: past a replay's reach at 1,024 ranks
+    where its 71 million messages do not fit in memory (asked for by name, the fast engine
+    replays every rank as long as they do); at 4 the fast engine replays it, so a reason found
+    on the way stands in for one."""
     import commsim.simulate
+    from commsim.sim import fast
     from commsim.sim.fast import NotExact
 
     run_fast = commsim.simulate.run_fast
 
-    def small_not_exact(spec, costs):
+    def small_not_exact(spec, costs, reach):
         if spec.world_size <= 4 and spec.strategy == "ring":
             raise NotExact("a reason found on the way")
-        return run_fast(spec, costs)
+        return run_fast(spec, costs, reach)
 
     monkeypatch.setattr(commsim.simulate, "run_fast", small_not_exact)
+    monkeypatch.setattr(fast, "_available_memory", lambda: 2**30)
     code = main(["predict", "--strategy", "ring", "--nodes", str(nodes), "--batch-per-rank",
                  "32", "--shared-cpu-cores", "2", "--slow-link", "3:10mbit", "--engine", "fast"])
     out, err = capsys.readouterr()
@@ -151,7 +155,8 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
     """Where the fast engine's checks refuse up front, the refusal names the most ranks auto
     answers with the same options (a ring per tensor on one pool beside a slow link, its
     replay held here to a million messages: 121 ranks of VGG-11's 34 tensors): auto answers
-    there, and one host more is refused; a straggler whose rank no smaller run holds gets no
+    there, and one host more is refused; and ``--engine fast``, which replays every rank as
+    long as its messages fit in memory.  A straggler whose rank no smaller run holds gets no
     such number."""
     import re
 
@@ -168,7 +173,9 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
     assert predict(load_default(), "ring", fewer, OUT_OF_STEP, engine="auto").engine == "fast"
     with pytest.raises(BeyondReach, match="up to about"):
         predict(load_default(), "ring", fewer + 1, OUT_OF_STEP, engine="auto")
-    with pytest.raises(UserError, match="up to about"):
+    assert "--engine fast to replay them all, exactly" in err
+    monkeypatch.setattr(fast, "_available_memory", lambda: 2**30)     # (its 71 million: 20 GB)
+    with pytest.raises(UserError, match="memory.*up to about"):
         predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="fast")
     far = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,
                    slow_links_Bps={3: 1.25e6}, stragglers={1000: 1.5})
@@ -231,3 +238,27 @@ def test_a_ring_per_tensor_beside_a_straggler_settles_after_its_first_tensor():
     assert fast.unsupported(spec, costs) is None
     answer = predict(profile, "ring", 512, sc, engine="auto")
     assert answer.engine == "fast" and answer.critical_rank == 1
+
+
+@pytest.mark.parametrize("strategy, nodes, kw", [
+    ("ring", 8, dict(shared_cpu_cores=2, slow_link=["3:10mbit"])),
+    ("ddp", 6, dict(ranks_per_host=2, cores_per_host=1, slow_link=["1:10mbit"],
+                    bucket_mb=4))])
+def test_the_fast_engine_asked_by_name_replays_past_auto_s_seconds(monkeypatch, strategy,
+                                                                   nodes, kw):
+    """Every rank's replay is held to seconds within ``--engine auto`` (here to 100
+    messages), which then runs the DES; asked for by name (``fast.MEMORY``) the fast engine
+    replays past that, with the DES's answer."""
+    from commsim.api import scenario
+    from commsim.sim import fast
+
+    for name in ("_REPLAY_MESSAGES", "_REPLAY_MESSAGES_COMPILED"):
+        monkeypatch.setattr(fast, name, 100)
+    sc = scenario(batch_per_rank=32, **kw)
+    spec = run_spec(load_default(), strategy, nodes, sc)
+    costs = cost_inputs(spec, load_default())
+    assert fast.unsupported(spec, costs) is not None
+    assert fast.unsupported(spec, costs, reach=fast.MEMORY) is None
+    auto = predict(load_default(), strategy, nodes, sc, engine="auto")
+    assert auto.engine == "des"
+    assert_same(auto, predict(load_default(), strategy, nodes, sc, engine="fast"))

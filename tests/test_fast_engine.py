@@ -151,7 +151,7 @@ def test_auto_falls_back_where_fast_is_not_exact(monkeypatch):
     from commsim.costs import cost_inputs
     from commsim.sim.fast import NotExact, unsupported
 
-    def not_exact(spec, costs):
+    def not_exact(spec, costs, reach=None):
         raise NotExact("a reason found on the way")
 
     shared = Scenario(global_batch=128, ranks_per_host=2, shared_cpu_cores=2,
@@ -195,7 +195,7 @@ def test_the_collector_is_paused_for_the_engine_only(monkeypatch, collecting):
     ring = type(get_strategy("ring"))
     seen = []
 
-    def declining(self, spec, costs):
+    def declining(self, spec, costs, reach):
         seen.append(gc.isenabled())
         raise NotExact("found on the way")
 

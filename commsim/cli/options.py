@@ -64,9 +64,11 @@ ComputeScaleOpt = typer.Option(1.0, "--compute-scale", help="Every rank computes
                                "baseline too.")
 NoBufferOpt = typer.Option(False, "--no-buffer-broadcast", help="DDP what-if: "
                            "broadcast_buffers=False (no batch-norm statistics each forward).")
-EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des), "
-                         "fast (the DES's answers in seconds at any scale), des (discrete-event, "
-                         "every message) or analytic (closed forms, homogeneous clusters only).")
+EngineOpt = typer.Option("auto", "--engine", help="auto (fast where it is exact, else des, "
+                         "within seconds), fast (the DES's answers, in seconds at any scale; "
+                         "where it must replay every rank, for as long as memory holds), des "
+                         "(discrete-event, every message) or analytic (closed forms, homogeneous "
+                         "clusters only).")
 
 
 def load_profile(path: Optional[Path]) -> Profile:

@@ -101,7 +101,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
   2p(p-1) a collective, beyond about 1,150 ranks with DDP's three buckets,
   every rank's every step at a time of its own; hierarchical's ring of hosts likewise,
   its trees inside hosts replayed with it over a row of every rank); ``auto`` then runs the
-  DES only within ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them);
+  DES only within ``simulate.AUTO_DES_MESSAGES`` (``des_messages`` counts them).  Those are
+  auto's budgets (``SECONDS``); asked for by name (``MEMORY``) the replay goes on for as long
+  as its messages fit in the memory free;
 * ranks_per_host > 1 where two messages would share a NIC direction at once and the
   engine cannot follow simpy's event order there: rarely, where the replay starts after
   DDP's buffer broadcast on one period of a uniform cluster and the order its ranks leave the
@@ -164,29 +166,8 @@ from commsim.spec import RunSpec
 from commsim.strategies.base import Timing
 from commsim.units import fmt_bytes
 
-__all__ = ["NotExact", "data_parallel", "des_messages", "parameter_server", "ring_like",
-           "run_fast", "unsupported"]
-
-
-def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False) -> str | None:
-    """Why the fast engine cannot reproduce the DES exactly for ``spec``, as far as the spec
-    alone tells (a run may still raise ``NotExact``); None if it can."""
-    from commsim.strategies import get_strategy
-
-    strategy = get_strategy(spec.strategy)
-    if timeline:
-        return "it does not record a timeline"
-    if not strategy.has_fast:
-        return f"it does not model strategy {spec.strategy!r}"
-    if (spec.group_size or spec.world_size) < spec.world_size \
-            and spec.cluster.ranks_per_host > 1 and strategy.algorithm(spec) == "hierarchical":
-        # (one rank a host: every rank is its host's first, and a group's all-reduce its ring)
-        return "it does not model hierarchical all-reduces within groups of several ranks a host"
-    reason = _cpu_reason(spec, costs)
-    if (reason is None or fast_lockstep.covers(spec) or fast_runs.covers(spec)
-            or _replays_cpu(spec, costs) or _settles_after_first_tensor(spec, costs)):
-        return None     # every rank alike (one rank's events), or the DES's CPUs replayed
-    return reason
+__all__ = ["MEMORY", "NotExact", "Reach", "SECONDS", "data_parallel", "des_messages",
+           "parameter_server", "ring_like", "run_fast", "unsupported"]
 
 
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
@@ -205,7 +186,44 @@ _REPLAY_MESSAGES_COMPILED = 8_000_000
 _REPLAY_POOL_STEPS = 10_000_000_000
 
 
-def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
+@dataclass(frozen=True)
+class Reach:
+    """How long a replay of every rank the fast engine takes on (``_within_reach``): with
+    ``seconds`` (``--engine auto``'s, which must answer or refuse within seconds: a sweep's
+    every cell) within the budgets above; without (``--engine fast`` asked for by name, as
+    ``--engine des`` runs however long it takes) as long as its messages fit in the memory
+    free (``_fits_in_memory``), where the DES would take hours: a ring per tensor on one pool
+    beside a slow link at 1,024 ranks, 71 million messages, is half a minute."""
+    seconds: bool = True
+
+
+SECONDS, MEMORY = Reach(seconds=True), Reach(seconds=False)
+
+
+def unsupported(spec: RunSpec, costs: CostInputs, *, timeline: bool = False,
+                reach: Reach = SECONDS) -> str | None:
+    """Why the fast engine cannot reproduce the DES exactly for ``spec`` within ``reach``, as
+    far as the spec alone tells (a run may still raise ``NotExact``); None if it can."""
+    from commsim.strategies import get_strategy
+
+    strategy = get_strategy(spec.strategy)
+    if timeline:
+        return "it does not record a timeline"
+    if not strategy.has_fast:
+        return f"it does not model strategy {spec.strategy!r}"
+    if (spec.group_size or spec.world_size) < spec.world_size \
+            and spec.cluster.ranks_per_host > 1 and strategy.algorithm(spec) == "hierarchical":
+        # (one rank a host: every rank is its host's first, and a group's all-reduce its ring)
+        return "it does not model hierarchical all-reduces within groups of several ranks a host"
+    reason = _cpu_reason(spec, costs)
+    if (reason is None or fast_lockstep.covers(spec) or fast_runs.covers(spec)
+            or _replays_cpu(spec, costs, reach)
+            or _settles_after_first_tensor(spec, costs, reach)):
+        return None     # every rank alike (one rank's events), or the DES's CPUs replayed
+    return reason
+
+
+def _replays_cpu(spec: RunSpec, costs: CostInputs, reach: Reach = SECONDS) -> bool:
     """Whether the run's processes can be replayed with the DES's processor sharing
     (``fast_queues.SharedCpus``): the parameter server, dp, and every all-reduce that is a
     schedule of messages, within ``_REPLAY_MESSAGES`` (an all-reduce's in the compiled loop
@@ -220,9 +238,10 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         tensors = len(costs.param_bytes)
         if _quiet_after_first_tensor(spec, costs):     # the first and (binomial) the last
             tensors = 1 + (binomial and bool(spec.stragglers))
-        return 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
+        return not reach.seconds or 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
     if spec.strategy == "dp":          # five phases through device 0
         return (spec.cluster.shared_cpu_cores is not None and spec.cluster.ranks_per_host == 1
+                or not reach.seconds
                 or 5 * (p - 1) <= _REPLAY_MESSAGES)   # (the first: _data_parallel_in_pool)
     if spec.strategy not in ("ring", "ddp"):
         return False
@@ -237,20 +256,24 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs) -> bool:
         _, blocks = _blocks(spec, algorithm)
         per_collective = sum(blk.idx.shape[0] * _MESSAGES[algorithm](blk.size)
                              for blk in blocks)
-    return _within_reach(spec, per_collective * _collectives(spec, costs))
+    return _within_reach(spec, per_collective * _collectives(spec, costs), reach)
 
 
-def _within_reach(spec: RunSpec, messages: int) -> bool:
+def _within_reach(spec: RunSpec, messages: int, reach: Reach = SECONDS) -> bool:
     """Whether a replay of an all-reduce's ``messages`` with the DES's processor sharing is
-    within reach: ``_REPLAY_MESSAGES_COMPILED`` of them in the compiled loop (the Python
-    loop, where no C compiler built it, is some ten times slower: ``_REPLAY_MESSAGES``), on
-    one pool ``_REPLAY_POOL_STEPS`` messages x ranks."""
+    within ``reach``: in seconds, ``_REPLAY_MESSAGES_COMPILED`` of them in the compiled loop
+    (the Python loop, where no C compiler built it, is some ten times slower:
+    ``_REPLAY_MESSAGES``), on one pool ``_REPLAY_POOL_STEPS`` messages x ranks; else any
+    (the replay checks its memory before it starts)."""
+    if not reach.seconds:
+        return True
     most = _REPLAY_MESSAGES if fast_queues._replay is None else _REPLAY_MESSAGES_COMPILED
     return messages <= most and (spec.cluster.shared_cpu_cores is None
                                  or messages * spec.world_size <= _REPLAY_POOL_STEPS)
 
 
-def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
+def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs,
+                                reach: Reach = SECONDS) -> bool:
     """Whether ``_first_tensor_then_in_step`` may answer ``spec``: a world ring of every tensor
     after backward beside stragglers (no slow link: that stays) whose cluster without them
     keeps its CPUs' jobs in step (``_in_step``), the first tensor's all-reduce within a
@@ -264,7 +287,7 @@ def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs) -> bool:
             or (get_strategy(spec.strategy).algorithm(spec) or "ring") != "ring"
             or not _in_step(replace(spec, stragglers={}))):
         return False
-    return _within_reach(spec, _MESSAGES["ring"](p))
+    return _within_reach(spec, _MESSAGES["ring"](p), reach)
 
 
 def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
@@ -472,10 +495,10 @@ def _in_step(spec: RunSpec) -> bool:
             and (c.ranks_per_host <= 2 or c.hosts == 1))
 
 
-def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
+def run_fast(spec: RunSpec, costs: CostInputs, reach: Reach = SECONDS) -> Timing:
     """One iteration of ``spec``, per rank and per host, as the DES would time it.  Raises
-    ``NotExact`` (a UserError) where it cannot."""
-    reason = unsupported(spec, costs)
+    ``NotExact`` (a UserError) where it cannot within ``reach``."""
+    reason = unsupported(spec, costs, reach=reach)
     if reason is not None:
         raise NotExact(reason)
     from commsim.strategies import get_strategy
@@ -486,7 +509,7 @@ def run_fast(spec: RunSpec, costs: CostInputs) -> Timing:
     # engine's runs and jobs, a replay's closures) wait for the collector's next pass; a
     # replay's peak memory is its programs, the same either way.
     with _collector_paused():
-        return get_strategy(spec.strategy).fast(spec, costs)
+        return get_strategy(spec.strategy).fast(spec, costs, reach)
 
 
 @contextmanager
@@ -635,7 +658,7 @@ def _buffer_broadcast(spec: RunSpec, costs: CostInputs, start):
 # -- strategies ------------------------------------------------------------------------------------
 
 def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
-              broadcast_buffers: bool = False) -> Timing:
+              broadcast_buffers: bool = False, reach: Reach = SECONDS) -> Timing:
     """All-reduces (any algorithm, within groups): every tensor after backward (single, ring),
     or with ``buckets`` DDP's buckets overlapping backward, after the buffer broadcast when
     ``broadcast_buffers``."""
@@ -648,7 +671,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
         try:
             return _lockstep(spec, costs, buckets)
         except NotExact:
-            if not _replays_cpu(spec, costs):    # classes parted: replay every rank
+            if not _replays_cpu(spec, costs, reach):     # classes parted: every rank
                 raise
     refused = None
     if shares_cpu and fast_runs.covers(spec):
@@ -656,12 +679,12 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             return _runs(spec, costs, buckets, broadcast_buffers)
         except NotExact as parted:                 # the runs kept parting
             refused = parted
-    if shares_cpu and not buckets and _settles_after_first_tensor(spec, costs):
+    if shares_cpu and not buckets and _settles_after_first_tensor(spec, costs, reach):
         try:
             return _first_tensor_then_in_step(spec, costs)
         except NotExact as uneven:                 # still uneven after the first tensor
             refused = refused or uneven
-    if refused is not None and not _replays_cpu(spec, costs):     # else every rank replayed
+    if refused is not None and not _replays_cpu(spec, costs, reach):  # else every rank
         raise refused
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
     if algorithm == "hierarchical" and c.ranks_per_host == 1:

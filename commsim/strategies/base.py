@@ -65,8 +65,9 @@ class Strategy(ABC):
     def analytic(self, spec: RunSpec, costs: CostInputs) -> Timing:
         """Closed form of one iteration on a homogeneous cluster, one rank per host."""
 
-    def fast(self, spec: RunSpec, costs: CostInputs) -> Timing:
-        """The fast engine's answer (``commsim.sim.fast``); strategies without one keep this."""
+    def fast(self, spec: RunSpec, costs: CostInputs, reach) -> Timing:
+        """The fast engine's answer (``commsim.sim.fast``) within ``reach`` (``fast.Reach``:
+        how long a replay of every rank it takes on); strategies without one keep this."""
         raise NotImplementedError
 
     @property

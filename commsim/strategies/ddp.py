@@ -85,9 +85,9 @@ class DistributedDataParallel(Strategy):
                 yield from allreduce(ctx, rank, bucket.bytes, name=f"bucket {bucket.index}",
                                      ranks=group)
 
-    def fast(self, spec, costs):
+    def fast(self, spec, costs, reach):
         return fast.ring_like(spec, costs, buckets=True,
-                              broadcast_buffers=self.broadcasts_buffers)
+                              broadcast_buffers=self.broadcasts_buffers, reach=reach)
 
     def analytic(self, spec, costs):
         """Max-plus recursion over buckets: a bucket starts when it is ready and the previous one

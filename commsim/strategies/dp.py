@@ -96,7 +96,8 @@ class DataParallel(Strategy):
                 yield ctx.send(rank, 0, model, collective="gather")
         ctx.finish(rank)
 
-    def fast(self, spec, costs):
+    def fast(self, spec, costs, reach):
+        # (its replay's reach is checked up front: ``fast.unsupported``)
         return fast.data_parallel(spec, costs, *_sizes(costs, spec))
 
     def analytic(self, spec, costs):

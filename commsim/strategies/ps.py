@@ -44,7 +44,8 @@ class ParameterServer(Strategy):
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
-    def fast(self, spec, costs):
+    def fast(self, spec, costs, reach):
+        # (its replay's reach is checked up front: ``fast.unsupported``)
         return fast.parameter_server(spec, costs)
 
     def live_sync(self, model, comm):

@@ -43,8 +43,8 @@ class Ring(Strategy):
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
-    def fast(self, spec, costs):
-        return fast.ring_like(spec, costs, buckets=False)
+    def fast(self, spec, costs, reach):
+        return fast.ring_like(spec, costs, buckets=False, reach=reach)
 
     def live_sync(self, model, comm):
         """All-reduce (Gloo's ring) per parameter within the rank's group, then divide (the

@@ -28,8 +28,8 @@ class Single(Strategy):
         yield from ctx.compute(rank, "optimizer", ctx.costs.optimizer_s)
         ctx.finish(rank)
 
-    def fast(self, spec, costs):
-        return fast.ring_like(spec, costs, buckets=False)
+    def fast(self, spec, costs, reach):
+        return fast.ring_like(spec, costs, buckets=False, reach=reach)
 
     def analytic(self, spec, costs):
         compute = (accumulation_s(spec, costs) + costs.forward_s + costs.backward_s
