@@ -55,7 +55,7 @@ from commsim.errors import UserError
 from commsim.profile import (CollectiveFit, ComputeTable, NetworkFit, Profile, ProfileError, load,
                              load_default)
 from commsim.sim import fast_queues
-from commsim.sim.fast import des_messages, unsupported
+from commsim.sim.fast import MEMORY, SECONDS, des_messages, unsupported
 from commsim.simulate import AUTO_DES_MESSAGES
 
 GiB = 1024 ** 3
@@ -189,14 +189,16 @@ def cli_flags(options: dict) -> list[str]:
     return flags
 
 
-def declined(prof: Profile, strategy: str, ranks: int, options: dict) -> str | None:
-    """Why the fast engine leaves this case to the DES, as far as the spec tells, and how many
-    messages the DES would move (``--engine auto`` runs it up to ``AUTO_DES_MESSAGES``, and
-    beyond says so instead)."""
+def declined(prof: Profile, strategy: str, ranks: int, options: dict,
+             engine: str = "auto") -> str | None:
+    """Why the fast engine leaves this case to the DES, as far as the spec tells (within
+    auto's seconds, or with ``engine`` "fast" as long as memory holds), and how many messages
+    the DES would move (``--engine auto`` runs it up to ``AUTO_DES_MESSAGES``, and beyond
+    says so instead)."""
     sc = api.scenario(batch_per_rank=BATCH, **options)
     spec = api.run_spec(prof, strategy, nodes_for(ranks, options), sc)
     costs = cost_inputs(spec, prof)
-    reason = unsupported(spec, costs)
+    reason = unsupported(spec, costs, reach=MEMORY if engine == "fast" else SECONDS)
     if reason is None:
         return None
     messages = des_messages(spec, costs)
@@ -204,13 +206,14 @@ def declined(prof: Profile, strategy: str, ranks: int, options: dict) -> str | N
     return f"{reason}; the DES would move {messages:.2g} messages ({auto})"
 
 
-def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int) -> dict:
-    """One prediction (``--engine auto``, as ``commsim predict`` makes it) in a forked child:
-    wall time, engine, peak RSS."""
+def in_child(prof: Profile, strategy: str, ranks: int, options: dict, timeout: int,
+             engine: str = "auto") -> dict:
+    """One prediction (``--engine auto`` as ``commsim predict`` makes it, or ``engine``) in a
+    forked child: wall time, engine, peak RSS."""
     def predict() -> dict:
         sc = api.scenario(batch_per_rank=BATCH, **options)
         t0, c0 = time.perf_counter(), time.process_time()
-        r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine="auto")
+        r = api.predict(prof, strategy, nodes_for(ranks, options), sc, engine=engine)
         return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                 "engine": r.engine, "iteration_s": r.iteration_s}
     return forked(predict, timeout)
@@ -338,6 +341,9 @@ def main(argv=None) -> int:
                     help="1,000 and 1,024 ranks (unless --ranks), triples, in-process only")
     ap.add_argument("--only", metavar="OPTION", action="append",
                     help="only the rows with this option (repeatable: with any of them)")
+    ap.add_argument("--engine", choices=("auto", "fast"), default="auto",
+                    help="the engine timed: auto, as commsim predict runs it (default), or "
+                         "fast asked for by name (every rank replayed while memory holds)")
     ap.add_argument("--against-des", type=int, metavar="S",
                     help=f"rows of {REPLAYED_S} s or more also against the DES (S s at most)")
     args = ap.parse_args(argv)
@@ -350,9 +356,10 @@ def main(argv=None) -> int:
     print(f"profile: {prof.model_name}, {len(prof.params)} tensors, {prof.model_bytes / 1e6:.1f} MB "
           f"({prof.metadata.get('source', '?')}); {BATCH} samples per rank; {os.cpu_count()} cores; "
           f"replays' event loop: {'compiled' if fast_queues._replay else 'Python (no compiler)'}")
-    print("in-process: forked from this process (commsim imported, profile loaded); fresh: "
-          f"python -m commsim predict ..., start-up included (bytecode compiled, "
-          f"as pip install leaves it), the median of {FRESH_RUNS}")
+    print(f"--engine {args.engine}; in-process: forked from this process (commsim imported, "
+          f"profile loaded); fresh: python -m commsim predict ... --engine {args.engine}, "
+          f"start-up included (bytecode compiled, as pip install leaves it), the median of "
+          f"{FRESH_RUNS}")
     if not (args.no_fresh and args.no_commands):
         compile_bytecode()
     print(f"{'option':40} {'strategy':8} {'ranks':>6} {'engine':6} {'wall s':>7} {'cpu s':>6} "
@@ -367,9 +374,9 @@ def main(argv=None) -> int:
             if ranks % options.get("ranks_per_host", 1):
                 continue
             limit = target_s(ranks)
-            reason = declined(prof, strategy, ranks, options)
+            reason = declined(prof, strategy, ranks, options, args.engine)
             if reason is None:
-                got = in_child(prof, strategy, ranks, options, args.timeout)
+                got = in_child(prof, strategy, ranks, options, args.timeout, args.engine)
                 if "failed" in got:           # (past the timeout: over, not declined)
                     missed.append(f"{label} ({strategy}, {ranks}): {got['failed']}")
                     print(f"{label:40} {strategy:8} {ranks:>6} {'fast':6} over: "
@@ -385,7 +392,8 @@ def main(argv=None) -> int:
             if single and not args.no_fresh:
                 run = median_of(FRESH_RUNS, lambda: fresh(
                     ["predict", "--strategy", strategy, "--nodes", str(nodes_for(ranks, options)),
-                     "--batch-per-rank", str(BATCH), *cli_flags(options)],
+                     "--batch-per-rank", str(BATCH), "--engine", args.engine,
+                     *cli_flags(options)],
                     args.timeout))
                 if "failed" in run:
                     missed.append(f"{label} ({strategy}, {ranks}) fresh: {run['failed']}")

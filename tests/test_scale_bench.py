@@ -28,3 +28,12 @@ def test_only_keeps_the_rows_with_an_option():
     assert "latency 50us" in kept and "tree + latency 50us" in kept and "tree" in kept
     assert "latency" not in kept and "defaults" not in kept and "straggler 1:1.5" not in kept
     assert all("latency 50us" in label or "tree" in label for label in kept)
+
+
+def test_the_fast_engine_by_name_is_not_declined_up_front():
+    """A world ring on one pool beside a slow link at 1,024 ranks: within auto's seconds the
+    fast engine declines it up front; by name (``--engine fast``) not (its replay of every
+    rank checks its memory as it starts)."""
+    options = {"shared_cpu_cores": 2, "slow_link": ["3:10mbit"]}
+    assert "CPU pool" in scale.declined(scale.bench_profile(None), "ring", 1024, options)
+    assert scale.declined(scale.bench_profile(None), "ring", 1024, options, "fast") is None
