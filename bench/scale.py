@@ -21,8 +21,9 @@ Steps:
    for as long as memory holds); options the fast engine declines are named with its reason
    and the messages the DES would move (``--engine auto`` runs the DES up to
    ``AUTO_DES_MESSAGES`` and declines beyond), not run;
-3. for every option alone, three fresh ``python -m commsim predict ...`` processes (commsim's modules compiled to bytecode first, as ``pip install`` leaves them):
-   the median one's wall and CPU time including start-up, and its peak RSS;
+3. for every option alone, three fresh ``python -m commsim predict ...`` processes
+   (commsim's modules compiled to bytecode first, as ``pip install`` leaves them): the
+   median one's wall and CPU time including start-up, and its peak RSS;
 4. ``commsim sweep --nodes pow2:65536 --batch-per-rank 32`` for every strategy and algorithm (one
    command per algorithm, as ``--algorithm`` applies to every strategy of a sweep) and
    ``commsim tune --nodes 65536 --batch-per-rank 32``, fresh processes;

@@ -22,7 +22,8 @@ from commsim.errors import BeyondReach, UserError
 from commsim.profile import Profile
 from commsim.result import Result, derive
 from commsim.sim.context import SimContext
-from commsim.sim.fast import MEMORY, NotExact, des_messages, run_fast, unsupported
+from commsim.sim.fast import (MEMORY, NotExact, des_messages, replay_fits, run_fast,
+                              unsupported)
 from commsim.spec import RunSpec
 from commsim.strategies import Timing, get_strategy
 
@@ -54,8 +55,11 @@ def simulate(spec: RunSpec, profile: Profile, *, engine: str = "des",
                 reason = exc.reason  # found on the way: e.g. ranks of one host queueing on its NIC
         messages = des_messages(spec, costs) if timing is None else 0
         if messages > AUTO_DES_MESSAGES:
-            replays = unsupported(spec, costs, timeline=timeline, reach=MEMORY) is None
-            why = (f"the fast engine has no exact path within seconds ({reason}), and "
+            # (the DES's messages: what a replay of every rank holds, or a bound on it)
+            replays = (unsupported(spec, costs, timeline=timeline, reach=MEMORY) is None
+                       and replay_fits(messages))
+            within = " within --engine auto's seconds" if replays else ""
+            why = (f"the fast engine has no exact path{within} ({reason}), and "
                    f"{_beyond(messages, _most_answered(spec, costs, timeline), replays)}")
             raise BeyondReach(f"{spec.strategy} on {spec.world_size} ranks: {why}", why)
     if timing is None:

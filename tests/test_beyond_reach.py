@@ -156,13 +156,14 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
     answers with the same options (a ring per tensor on one pool beside a slow link, its
     replay held here to a million messages: 121 ranks of VGG-11's 34 tensors): auto answers
     there, and one host more is refused; and ``--engine fast``, which replays every rank as
-    long as its messages fit in memory.  A straggler whose rank no smaller run holds gets no
-    such number."""
+    long as its messages fit in memory (not named where they would not).  A straggler whose
+    rank no smaller run holds gets no such number."""
     import re
 
     from commsim.sim import fast
 
     monkeypatch.setattr(fast, "_REPLAY_MESSAGES_COMPILED", fast._REPLAY_MESSAGES)
+    monkeypatch.setattr(fast, "_available_memory", lambda: None)     # (not known: it may fit)
 
     code = main(["predict", "--strategy", "ring", "--nodes", "1024", "--batch-per-rank", "32",
                  "--shared-cpu-cores", "2", "--slow-link", "3:10mbit"])
@@ -175,6 +176,9 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
         predict(load_default(), "ring", fewer + 1, OUT_OF_STEP, engine="auto")
     assert "--engine fast to replay them all, exactly" in err
     monkeypatch.setattr(fast, "_available_memory", lambda: 2**30)     # (its 71 million: 20 GB)
+    with pytest.raises(BeyondReach) as refused:
+        predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="auto")
+    assert "--engine fast" not in str(refused.value)
     with pytest.raises(UserError, match="memory.*up to about"):
         predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="fast")
     far = Scenario(global_batch=None, batch_per_rank=32, shared_cpu_cores=2,

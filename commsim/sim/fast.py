@@ -167,7 +167,7 @@ from commsim.strategies.base import Timing
 from commsim.units import fmt_bytes
 
 __all__ = ["MEMORY", "NotExact", "Reach", "SECONDS", "data_parallel", "des_messages",
-           "parameter_server", "ring_like", "run_fast", "unsupported"]
+           "parameter_server", "replay_fits", "ring_like", "run_fast", "unsupported"]
 
 
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
@@ -344,14 +344,28 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
 _REPLAY_BYTES_PER_MESSAGE = 280
 
 
+def replay_fits(messages: int) -> bool:
+    """Whether a replay of ``messages`` fits in the memory this machine has free (or how much
+    is free is not known)."""
+    return _memory_short(messages) is None
+
+
 def _fits_in_memory(messages: int) -> None:
     """NotExact where a replay of ``messages`` would need more memory than this machine has
     free: a refusal that says so, not the kernel's out-of-memory kill minutes later."""
+    short = _memory_short(messages)
+    if short is not None:
+        raise NotExact(short, instead="use fewer ranks")
+
+
+def _memory_short(messages: int) -> str | None:
+    """Why a replay of ``messages`` would not fit in the memory free, or None."""
     need, free = messages * _REPLAY_BYTES_PER_MESSAGE, _available_memory()
     if free is not None and need > free:
-        raise NotExact(f"a replay of every rank would hold about {messages:,} messages "
-                       f"({fmt_bytes(need)}), more than the {fmt_bytes(free)} of memory this "
-                       f"machine has free", instead="use fewer ranks")
+        return (f"a replay of every rank would hold about {messages:,} messages "
+                f"({fmt_bytes(need)}), more than the {fmt_bytes(free)} of memory this machine "
+                f"has free")
+    return None
 
 
 def _replayed_messages(spec: RunSpec, algorithm: str, blocks) -> int:
