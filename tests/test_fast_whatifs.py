@@ -178,7 +178,8 @@ def test_a_ring_per_tensor_is_replayed_a_tensor_at_a_time(monkeypatch, algorithm
 @pytest.mark.parametrize("hosts, kw", [
     (6, dict(ranks_per_host=3, bandwidth="100mbit")),
     (8, dict(ranks_per_host=3, straggler=["17:2.0"], bandwidth="100mbit")),
-    (5, dict(ranks_per_host=4, slow_link=["1:100mbit"], sync_every=2, bandwidth="10gbit"))])
+    (5, dict(ranks_per_host=4, slow_link=["1:100mbit"], sync_every=2, bandwidth="10gbit")),
+    (7, dict(ranks_per_host=3, bandwidth="10gbit", latency="0"))])
 def test_a_ring_per_tensor_split_keeps_the_des_s_ties(hosts, kw):
     """VGG-11's tensors one at a time, recursive doubling over shared hosts.  A rank that asks
     for a NIC direction at the instant the last tensor's message there asked for it queues
@@ -187,7 +188,10 @@ def test_a_ring_per_tensor_split_keeps_the_des_s_ties(hosts, kw):
     state seen before answers from memory only where both replays' times lie in one binade,
     where a shift is exact to the bit (four ranks a host beside a slow link: a tensor at
     14.2 s answered by one at 9.6 s was 1.5 s off in one rank, from a tie that rounding
-    broke the other way)."""
+    broke the other way).  Without latency the order in which a tensor's replay left its
+    ranks is not always the DES's at the next one's start, and the times may depend on it
+    (seven hosts of three ranks: 1.3e-6 off, found by a random scan): the order is checked
+    there."""
     sc = scenario(batch_per_rank=32, algorithm="recursive_doubling", **kw)
     profile = load_default()
     assert_same(predict(profile, "ring", hosts, sc, engine="des"),

@@ -1033,6 +1033,12 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     """
     rows = fast_queues.rows_of(messages)
     messages = fast_queues.columns_of(messages)
+    if order_known and run.start_order is not None and np.any(messages[2] == 0.0):
+        # Without latency a message's delivery ties with the releases and grants at its end,
+        # and the order in which the last collective's replay left its ranks is not always
+        # the DES's at the next one's start (seven hosts of three ranks, recursive doubling
+        # at 10 Gbit/s: 1.3e-6 off): there it is taken first but checked.
+        order_known = False
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
                        "its NIC")
