@@ -188,10 +188,11 @@ def test_a_ring_per_tensor_split_keeps_the_des_s_ties(hosts, kw):
     state seen before answers from memory only where both replays' times lie in one binade,
     where a shift is exact to the bit (four ranks a host beside a slow link: a tensor at
     14.2 s answered by one at 9.6 s was 1.5 s off in one rank, from a tie that rounding
-    broke the other way).  Without latency the order in which a tensor's replay left its
-    ranks is not always the DES's at the next one's start, and the times may depend on it
-    (seven hosts of three ranks: 1.3e-6 off, found by a random scan): the order is checked
-    there."""
+    broke the other way).  And a tensor replayed alone ends with each rank leaving the
+    collective, which sets its host's CPU timer again in the DES: without it two hosts whose
+    ranks' last jobs end at one instant left in the other order, and the next tensor's times
+    depend on that order (seven hosts of three ranks without latency: 1.3e-6 off, found by a
+    random scan)."""
     sc = scenario(batch_per_rank=32, algorithm="recursive_doubling", **kw)
     profile = load_default()
     assert_same(predict(profile, "ring", hosts, sc, engine="des"),

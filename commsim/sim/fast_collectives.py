@@ -807,8 +807,16 @@ class Schedule:
             programs = self.added(nbytes, messages)
             flat = idx.ravel()
             whole = [[] for _ in range(run.ranks.size)]
+            # Each rank then leaves the collective, which sets its host's CPU timer again in
+            # the DES (``ProcessorSharingCPU.communicating``): a host's jobs that end at one
+            # instant with another's are taken after them where it comes later (without it,
+            # a tensor replayed alone left two hosts' ranks in the other order: seven hosts of
+            # three ranks at 10 Gbit/s without latency, the next tensor 1.3e-6 off).  (Runs
+            # that replay the DES's processor sharing, ``Run.sharing``, raise ``Replay`` above
+            # rather than come here, where the enter to match would be missing.)
+            leave = [] if run.sharing else [(fast_queues.EXIT,)]
             for k, program in zip(flat.tolist(), programs):
-                whole[k] = program
+                whole[k] = program + leave
             finish, _ = replay(run, messages, whole, start.ravel(), flat,
                                order_known=(self.alike or uniform_cluster(run.spec))
                                and run.order_known or run.start_order is not None,
@@ -1033,12 +1041,6 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
     """
     rows = fast_queues.rows_of(messages)
     messages = fast_queues.columns_of(messages)
-    if order_known and run.start_order is not None and np.any(messages[2] == 0.0):
-        # Without latency a message's delivery ties with the releases and grants at its end,
-        # and the order in which the last collective's replay left its ranks is not always
-        # the DES's at the next one's start (seven hosts of three ranks, recursive doubling
-        # at 10 Gbit/s: 1.3e-6 off): there it is taken first but checked.
-        order_known = False
     if run.r < run.a and not run.sharing:
         raise NotExact("DDP's reductions would slow backward on a host whose ranks queue on "
                        "its NIC")
