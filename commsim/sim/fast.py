@@ -238,11 +238,10 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs, reach: Reach = SECONDS) -> bo
         tensors = len(costs.param_bytes)
         if _quiet_after_first_tensor(spec, costs):     # the first and (binomial) the last
             tensors = 1 + (binomial and bool(spec.stragglers))
-        return not reach.seconds or 2 * (p - 1) * tensors <= _REPLAY_MESSAGES
+        return _within_python_reach(2 * (p - 1) * tensors, reach)
     if spec.strategy == "dp":          # five phases through device 0
         return (spec.cluster.shared_cpu_cores is not None and spec.cluster.ranks_per_host == 1
-                or not reach.seconds
-                or 5 * (p - 1) <= _REPLAY_MESSAGES)   # (the first: _data_parallel_in_pool)
+                or _within_python_reach(5 * (p - 1), reach))  # (the first: _data_parallel_in_pool)
     if spec.strategy not in ("ring", "ddp"):
         return False
     algorithm = get_strategy(spec.strategy).algorithm(spec) or "ring"
@@ -264,12 +263,19 @@ def _within_reach(spec: RunSpec, messages: int, reach: Reach = SECONDS) -> bool:
     within ``reach``: in seconds, ``_REPLAY_MESSAGES_COMPILED`` of them in the compiled loop
     (the Python loop, where no C compiler built it, is some ten times slower:
     ``_REPLAY_MESSAGES``), on one pool ``_REPLAY_POOL_STEPS`` messages x ranks; else any
-    (the replay checks its memory before it starts)."""
+    (the replay checks its memory before it starts, and says how much it would need)."""
     if not reach.seconds:
         return True
     most = _REPLAY_MESSAGES if fast_queues._replay is None else _REPLAY_MESSAGES_COMPILED
     return messages <= most and (spec.cluster.shared_cpu_cores is None
                                  or messages * spec.world_size <= _REPLAY_POOL_STEPS)
+
+
+def _within_python_reach(messages: int, reach: Reach) -> bool:
+    """``_within_reach`` for the replays that run in the Python loop (the parameter server's,
+    dp's, which do not check their memory as they start): ``_REPLAY_MESSAGES`` in seconds,
+    else while they fit in the memory free."""
+    return messages <= _REPLAY_MESSAGES if reach.seconds else replay_fits(messages)
 
 
 def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs,

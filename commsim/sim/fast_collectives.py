@@ -808,8 +808,8 @@ class Schedule:
             flat = idx.ravel()
             whole = [[] for _ in range(run.ranks.size)]
             # Each rank then leaves the collective, which sets its host's CPU timer again in
-            # the DES (``ProcessorSharingCPU.communicating``): a host's jobs that end at one
-            # instant with another's are taken after them where it comes later (without it,
+            # the DES (``ProcessorSharingCPU.communicating``): of two hosts' jobs that end at
+            # one instant, those of the host whose timer was set last come last (without it,
             # a tensor replayed alone left two hosts' ranks in the other order: seven hosts of
             # three ranks at 10 Gbit/s without latency, the next tensor 1.3e-6 off).  (Runs
             # that replay the DES's processor sharing, ``Run.sharing``, raise ``Replay`` above
