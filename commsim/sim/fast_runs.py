@@ -1222,8 +1222,8 @@ class _Ring:
 
     def _stride(self, batch, mine: set):
         """Whole ring steps of a few runs in step (``batch``: each one's collective process,
-        ready at one program position), while nothing else happens: the glide's events
-        without its timers and batches.
+        ready in one run of ring steps, the runs whole steps apart or none), while nothing
+        else happens: the glide's events without its timers and batches.
 
         Each step, in the glide's order (``_posting``), a run posts (``_post``): beside a
         rank that waits on this step with its other message in (a staircase's step) it takes
@@ -1248,8 +1248,14 @@ class _Ring:
             runs.append(run)
         pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
         if pc >= len(program) or program[pc][0] != STEPS or any(
-                run.procs[k][0] != pc or run.procs[k][1] != rep for run in runs):
+                run.procs[k][0] != pc or (run.procs[k][1] - rep) % 2 for run in runs):
             return batch
+        # Runs whole steps apart go together too, each posting its own step (a staircase
+        # unwinding beside the next one building, hundreds of steps behind it, their timers
+        # due at one instant: DDP without overlap, a ring per tensor on a pool, at 65,536
+        # ranks): ``rep`` is the first's, each run's that plus its ``ahead``.
+        ahead = {id(run): run.procs[k][1] - rep for run in runs}
+        top, low = max(ahead.values()), min(ahead.values())
         ids = {id(run) for run in runs}
         if len(ids) != len(runs):
             return batch
@@ -1283,10 +1289,10 @@ class _Ring:
         plans = order = None                   # the last step's, in the glide's order
 
         def takes(run, other, side, step, arrive, pc, rep, sent) -> bool:
-            """Whether ``run``, posting ``step`` now, takes ``other`` in on ``side``
-            (``_post``'s merge): a neighbour, not of the batch, waiting on this step for
-            ``run``'s message alone, its other one in by the time ``run``'s arrive, in
-            ``run``'s state."""
+            """Whether ``run``, posting ``step`` now (at ``rep``, its bytes then ``sent``),
+            takes ``other`` in on ``side`` (``_post``'s merge): a neighbour, not of the batch,
+            waiting on this step for ``run``'s message alone, its other one in by the time
+            ``run``'s arrive, in ``run``'s state."""
             if other is None or id(other) in order:
                 return False
             proc, theirs_sent = other.procs[k], other.sent
@@ -1431,14 +1437,14 @@ class _Ring:
                 group.members = [(run, k) for run in runs]
                 mine.add(id(group))
                 for run in runs:
-                    run.procs[k][1], run.procs[k][2] = rep + 1, ("job", group)
+                    run.procs[k][1], run.procs[k][2] = rep + ahead[id(run)] + 1, ("job", group)
                 self.busy, self.cpu_due = both, due
                 return None if at_due else False
             for job, value in zip(jobs, end_lefts):                 # ``_end_jobs``
                 job.left = value
             self.cpu_last = self.now = due
             for run in runs:
-                run.procs[k][1] = rep + 1
+                run.procs[k][1] = rep + ahead[id(run)] + 1
             self.busy = both - weight
             self.cpu_due = next_due(due, end_lefts, self.busy)
             return True
@@ -1456,30 +1462,30 @@ class _Ring:
             now, cpu_last, busy, cpu_due = self.now, self.cpu_last, self.busy, self.cpu_due
             events, budget, posts, many = self.events, self.budget, 0, len(runs)
             lefts = [job.left for job in jobs]
-            steps = list(zip(runs, [run.procs[k] for run in runs], plans))
+            steps = along(plans)
             verdict = None
-            while rep < 2 * count and events + many <= budget:
+            while rep + top < 2 * count and events + many <= budget:
                 arrive = self._delivered(chunk, kind, now, per_byte)
                 if arrive >= foreign or (cpu_due is not None and arrive > cpu_due):
                     break
-                step = (collective, start + rep // 2)             # the post (``_post``)
-                sent = runs[0].sent + chunk
-                for run, _, plan in steps:
-                    if run.sent + chunk != sent:
-                        break
+                for run, _, plan, a in steps:           # the post (``_post``)
                     if plan is None:
                         continue
                     left_does, right_does = plan
                     if run.n - (left_does == 0) - (right_does == 0) < 2 or (
-                            left_does == 1 and not takes(run, last.get((run.lo - 1) % p), 4,
-                                                         step, arrive, pc, rep, sent)) or (
-                            right_does == 1 and not takes(run, first.get((run.lo + run.n) % p),
-                                                          3, step, arrive, pc, rep, sent)):
+                            left_does == 1 and not takes(
+                                run, last.get((run.lo - 1) % p), 4,
+                                (collective, start + (rep + a) // 2), arrive, pc, rep + a,
+                                run.sent + chunk)) or (
+                            right_does == 1 and not takes(
+                                run, first.get((run.lo + run.n) % p), 3,
+                                (collective, start + (rep + a) // 2), arrive, pc, rep + a,
+                                run.sent + chunk)):
                         break
                 else:
                     events += many
                     posts += 1
-                    posted(steps, pc, rep, step, chunk, arrive)
+                    posted(steps, pc, rep, collective, start, chunk, arrive)
                     now = arrive
                     rep += 1
                     verdict = looked()
@@ -1498,8 +1504,8 @@ class _Ring:
                     lefts, cpu_last, now, busy = end_lefts, due, due, both - weight
                     cpu_due = next_due(due, lefts, busy)
                     rep += 1
-                    for _, proc, _ in steps:
-                        proc[1] = rep
+                    for _, proc, _, a in steps:
+                        proc[1] = rep + a
                     events += many
                     continue
                 break
@@ -1510,20 +1516,26 @@ class _Ring:
                 job.left = left
             return posts, verdict
 
-        def posted(steps, pc: int, rep: int, step, chunk: float, arrive: float) -> None:
-            """Every run's post of ``step`` as its plan says (``steps``: run, its collectives'
-            process, plan; ``_post``: the end ranks left, then the neighbours taken in), in
-            the glide's order."""
-            for run, proc, plan in steps:
+        def along(plans) -> list:
+            """Per run, in order: it, its collectives' process, its plan, its ``ahead``."""
+            return [(run, run.procs[k], plan, ahead[id(run)]) for run, plan in zip(runs, plans)]
+
+        def posted(steps, pc: int, rep: int, collective, start: int, chunk: float,
+                   arrive: float) -> None:
+            """Every run's post of its step as its plan says (``steps``: ``along``'s; ``_post``:
+            the end ranks left, then the neighbours taken in), in the glide's order."""
+            for run, proc, plan, a in steps:
                 run.sent += chunk
                 run.received += chunk
-                proc[0], proc[1] = pc, rep + 1
+                proc[0], proc[1] = pc, rep + a + 1
                 if plan is None:
                     continue
                 left_does, right_does = plan
                 lo, n = run.lo, run.n
+                step = (collective, start + (rep + a) // 2)
                 if not left_does:
-                    pieces.append((run, lo, [pc, rep + 1, ["step", step, chunk, None, arrive]],
+                    pieces.append((run, lo,
+                                   [pc, rep + a + 1, ["step", step, chunk, None, arrive]],
                                    run.sent, run.received))
                     del first[lo]
                     lo, n = (lo + 1) % p, n - 1
@@ -1531,7 +1543,8 @@ class _Ring:
                     shed[id(run)][0] = True
                 if not right_does:
                     end = (lo + n - 1) % p
-                    pieces.append((run, end, [pc, rep + 1, ["step", step, chunk, arrive, None]],
+                    pieces.append((run, end,
+                                   [pc, rep + a + 1, ["step", step, chunk, arrive, None]],
                                    run.sent, run.received))
                     del last[end]
                     n -= 1
@@ -1584,7 +1597,7 @@ class _Ring:
             return verdict
 
         while True:
-            pc, rep = runs[0].procs[k][0], runs[0].procs[k][1]
+            pc, rep = runs[0].procs[k][0], runs[0].procs[k][1] - ahead[id(runs[0])]
             _, collective, start, chunk, work, count = program[pc]
             if rep % 2:
                 if work > 0:
@@ -1601,7 +1614,9 @@ class _Ring:
                     # (``batch`` holds these runs still: the glide sorts what it is handed)
                     continue
                 rep += 1                       # (``_resume``: no reduction, the next post)
-            if rep == 2 * count:
+            if rep + top == 2 * count:
+                if top != low:
+                    return settle(batch)       # (one run done with these steps, one not)
                 pc, rep = pc + 1, 0
                 if pc >= len(program) or program[pc][0] != STEPS:
                     return settle(batch)
@@ -1614,7 +1629,6 @@ class _Ring:
                     plans = None
                 if posts:
                     continue
-            step = (collective, start + rep // 2)
             if self.events + len(runs) > self.budget:
                 return settle(batch)
             arrive = self._delivered(chunk, kind, self.now, per_byte)
@@ -1623,22 +1637,22 @@ class _Ring:
             # What each run does, in the glide's order, judged before any is done: per side,
             # leave its end rank (0), take in a waiting neighbour (1), deliver to a one-rank
             # run of the batch that posted before it (2).  Steps alike repeat it: only the
-            # neighbours to take in are looked at again.
-            sent = runs[0].sent + chunk
+            # neighbours to take in are looked at again.  Each run posts its own step: runs
+            # apart pair with no run of the batch.
             if plans is not None:
                 for run, plan in zip(runs, plans):
-                    if run.sent + chunk != sent:
-                        return settle(batch)
                     if plan is None:
                         continue
                     if run.n - (plan[0] == 0) - (plan[1] == 0) < 2:
                         return settle(batch)
                     if plan[0] != 1 and plan[1] != 1:
                         continue
+                    a = ahead[id(run)]
+                    step, sent = (collective, start + (rep + a) // 2), run.sent + chunk
                     if (plan[0] == 1 and not takes(run, last.get((run.lo - 1) % p), 4, step,
-                                                   arrive, pc, rep, sent)) or \
+                                                   arrive, pc, rep + a, sent)) or \
                             (plan[1] == 1 and not takes(run, first.get((run.lo + run.n) % p),
-                                                        3, step, arrive, pc, rep, sent)):
+                                                        3, step, arrive, pc, rep + a, sent)):
                         plans = None
                         break
             if plans is None:
@@ -1647,14 +1661,15 @@ class _Ring:
                     runs.sort(key=_posting)
                 order = {id(run): i for i, run in enumerate(runs)}
                 for i, run in enumerate(runs):
-                    if run.sent + chunk != sent:
-                        return settle(batch)
+                    a = ahead[id(run)]
+                    step, sent = (collective, start + (rep + a) // 2), run.sent + chunk
                     lo, n = run.lo, run.n
                     left, right = self._before((lo - 1) % p), self._after((lo + n) % p)
                     if n == 1:
                         # Its messages pair with the runs beside it, which post after it.
                         if left is None or right is None or left is right or not (
-                                order.get(id(left), -1) > i and order.get(id(right), -1) > i):
+                                order.get(id(left), -1) > i and order.get(id(right), -1) > i
+                                and ahead[id(left)] == a == ahead[id(right)]):
                             return settle(batch)
                         plans.append(None)
                         continue
@@ -1668,14 +1683,15 @@ class _Ring:
                         elif other is None or other is run:
                             return settle(batch)
                         elif id(other) in order:
-                            if other.n != 1 or order[id(other)] > i or not apart(run, other):
+                            if other.n != 1 or order[id(other)] > i or not apart(
+                                    run, other) or ahead[id(other)] != a:
                                 return settle(batch)
                             plan.append(2)
                         elif not (type(other.procs[k][2]) is list
                                   and other.procs[k][2][0] == "step"
                                   and other.procs[k][2][1] == step):
                             plan.append(0)     # (``_post``: it waits for that neighbour)
-                        elif takes(run, other, side, step, arrive, pc, rep, sent):
+                        elif takes(run, other, side, step, arrive, pc, rep + a, sent):
                             plan.append(1)
                         else:
                             return settle(batch)
@@ -1685,8 +1701,7 @@ class _Ring:
             # Done, in order.
             self.events += len(runs)
             self.order += len(runs)
-            posted(zip(runs, [run.procs[k] for run in runs], plans), pc, rep, step, chunk,
-                   arrive)
+            posted(along(plans), pc, rep, collective, start, chunk, arrive)
             self.now = arrive
             verdict = looked()
             if verdict == "settle":
