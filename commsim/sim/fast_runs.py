@@ -1099,7 +1099,6 @@ class _Ring:
                     run.alive and run.procs[j][2] is not None and run.procs[j][2][1] is group
                     and stepping(run, j, 0) for run, j in group.members):
                 mine.add(id(group))
-        kind = self.kinds[0]
         per_byte, latency = self._per_byte(), self.latency_s   # (no compute job starts or
         # ends, and no rank enters or leaves a collective, while runs glide)
 
