@@ -22,10 +22,11 @@ from commsim.errors import BeyondReach, UserError
 from commsim.profile import Profile
 from commsim.result import Result, derive
 from commsim.sim.context import SimContext
-from commsim.sim.fast import (MEMORY, NotExact, des_messages, replay_fits, run_fast,
-                              unsupported)
+from commsim.sim.fast import (MEMORY, NotExact, des_messages, replay_fits, replay_seconds,
+                              run_fast, unsupported)
 from commsim.spec import RunSpec
 from commsim.strategies import Timing, get_strategy
+from commsim.units import fmt_roughly
 
 ENGINES = ("des", "analytic", "fast", "auto")
 
@@ -77,8 +78,9 @@ def _beyond(messages: int, fewer: int | None = None, replays: bool = False) -> s
     ``replays``: whether ``--engine fast`` would replay every rank, exactly, in its stead)."""
     times = messages / AUTO_DES_MESSAGES
     up_to = f" (up to about {fewer:,} with these options)" if fewer else ""
-    fast = (", --engine fast to replay them all, exactly (about a microsecond a message where "
-            "the DES takes 25 to 80)" if replays else "")
+    fast = (f", --engine fast to replay them all, exactly (about "
+            f"{fmt_roughly(replay_seconds(messages))} here; the DES takes 25 to 80 times as "
+            f"long)" if replays else "")
     return (f"the DES would move about {messages:.2g} messages, {times:,.{int(times < 10)}f} "
             f"times the {AUTO_DES_MESSAGES:,} --engine auto starts; use fewer ranks{up_to}"
             f"{fast}, or --engine des to wait for it")

@@ -84,6 +84,15 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
+def fmt_roughly(seconds: float) -> str:
+    """A duration to a user's scale, for an estimate: "40 s", "12 minutes", "3 hours"."""
+    for unit, scale, up_to in (("s", 1, 90), ("minutes", 60, 90 * 60),
+                               ("hours", 3600, 48 * 3600), ("days", 86400, math.inf)):
+        if seconds < up_to:
+            return f"{max(1, round(seconds / scale))} {unit}"
+    return f"{seconds:.3g} s"                  # (a NaN)
+
+
 def fmt_bytes(n: float) -> str:
     if n >= 1024**5:
         return f"{n:.3g} B"

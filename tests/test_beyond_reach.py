@@ -174,7 +174,10 @@ def test_a_refusal_says_how_many_ranks_auto_answers(capsys, monkeypatch):
     assert predict(load_default(), "ring", fewer, OUT_OF_STEP, engine="auto").engine == "fast"
     with pytest.raises(BeyondReach, match="up to about"):
         predict(load_default(), "ring", fewer + 1, OUT_OF_STEP, engine="auto")
-    assert "--engine fast to replay them all, exactly" in err
+    # (how long that would take: 71 million messages at about a microsecond each)
+    about = re.search(r"--engine fast to replay them all, exactly \(about (\d+) (s|minutes) here",
+                      err)
+    assert about and 30 <= int(about[1]) * (60 if about[2] == "minutes" else 1) <= 20 * 60, err
     monkeypatch.setattr(fast, "_available_memory", lambda: 2**30)     # (its 71 million: 20 GB)
     with pytest.raises(BeyondReach) as refused:
         predict(load_default(), "ring", 1024, OUT_OF_STEP, engine="auto")
@@ -266,3 +269,11 @@ def test_the_fast_engine_asked_by_name_replays_past_auto_s_seconds(monkeypatch, 
     auto = predict(load_default(), strategy, nodes, sc, engine="auto")
     assert auto.engine == "des"
     assert_same(auto, predict(load_default(), strategy, nodes, sc, engine="fast"))
+
+
+@pytest.mark.parametrize("seconds, words", [(0.2, "1 s"), (71.4, "71 s"), (600, "10 minutes"),
+                                            (7200, "2 hours"), (3 * 86400, "3 days")])
+def test_an_estimate_is_told_at_a_user_s_scale(seconds, words):
+    from commsim.units import fmt_roughly
+
+    assert fmt_roughly(seconds) == words

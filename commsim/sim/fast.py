@@ -167,7 +167,8 @@ from commsim.strategies.base import Timing
 from commsim.units import fmt_bytes
 
 __all__ = ["MEMORY", "NotExact", "Reach", "SECONDS", "data_parallel", "des_messages",
-           "parameter_server", "replay_fits", "ring_like", "run_fast", "unsupported"]
+           "parameter_server", "replay_fits", "replay_seconds", "ring_like", "run_fast",
+           "unsupported"]
 
 
 # The most messages a replay with the DES's processor sharing holds (about 0.3 KiB each):
@@ -348,6 +349,17 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
 # 4,096 ranks; 252-260 B under DDP beside a straggler or a slow link at 65,536 ranks, whose
 # 131,072 processes add their own; a margin above that).
 _REPLAY_BYTES_PER_MESSAGE = 280
+
+
+# A replay's seconds a message, about: the compiled loop's (0.4-2 us measured on a slow
+# 2-core machine, a pool's at 1,024 and 65,536 ranks), the Python loop some ten times more.
+_REPLAY_S_PER_MESSAGE = 1e-6
+
+
+def replay_seconds(messages: int) -> float:
+    """About how long a replay of every rank's ``messages`` takes here: what ``--engine fast``
+    by name would cost, within a factor of two or so."""
+    return messages * _REPLAY_S_PER_MESSAGE * (10 if fast_queues._replay is None else 1)
 
 
 def replay_fits(messages: int) -> bool:
