@@ -28,6 +28,7 @@ enum { E_RESUME, E_TIMER, E_TX_GRANTED, E_RX_GRANTED, E_END, E_TX_RELEASED, E_RX
 #define STAND_IN (-2)      /* a message's host that stands in for one not replayed (a follower's) */
 #define REFUSE_ASK 1       /* a request at or before the earlier collective's last there */
 #define REFUSE_SETTLED 2   /* a host used before its last process left the earlier one */
+#define REFUSE_WORK 3      /* the CPUs' groups visited more often than allowed (``visits``) */
 
 static const double TOUCH_RTOL = 1e-12;
 static const double EPS = 1e-15;      /* engine._EPS: residue of no work left */
@@ -129,6 +130,9 @@ typedef struct {
     SharedJobs *shared;
     Groups *groups; Member *members; int64_t members_n, members_cap, members_free;
     int64_t order;
+    /* groups visited as the CPUs advance (a pass over a CPU's groups at each of its events:
+     * the replay's cost where a pool's jobs part), and the most allowed */
+    double visits, visits_max;
     double *started, *compute_s, *comm_s;
     char *has_started, *has_compute, *has_comm;
     Memos rates, caps;
@@ -567,6 +571,8 @@ static int cpu_advance(S *s, int64_t c, double t) {
         double progress = (t - last) * rate;
         if (s->per_job) {
             Groups *gs = &s->groups[c];
+            s->visits += (double)gs->n;
+            if (s->visits > s->visits_max) { s->refused = REFUSE_WORK; return -1; }
             for (int64_t g = 0; g < gs->n; g++) gs->v[g].work -= progress;
         } else {
             s->done[c] += progress;
@@ -1276,15 +1282,15 @@ static PyObject *run(PyObject *self, PyObject *args) {
     s->now = -INFINITY;           /* (the first events go to later instants) */
     PyObject *result = NULL;
     /* processor sharing: (SharedCpus, cpu, multiplicity, cores, threads, per_job, contended,
-     * src, dst, bytes, done, last, busy, computing, talking, order) */
+     * src, dst, bytes, done, last, busy, computing, talking, order, most visits) */
     Py_buffer b_cpu = {0}, b_mult = {0}, b_src = {0}, b_dst = {0}, b_bytes = {0},
         b_done = {0}, b_last = {0}, b_bthr = {0}, b_comp = {0}, b_talk = {0};
     long long order0 = 0;
     if (shared != Py_None) {
-        if (!PyArg_ParseTuple(shared, "Oy*y*ddiiy*y*y*y*y*y*y*y*L", &s->cpus, &b_cpu, &b_mult,
+        if (!PyArg_ParseTuple(shared, "Oy*y*ddiiy*y*y*y*y*y*y*y*Ld", &s->cpus, &b_cpu, &b_mult,
                               &s->cores, &s->threads, &s->per_job, &s->contended, &b_src,
                               &b_dst, &b_bytes, &b_done, &b_last, &b_bthr, &b_comp, &b_talk,
-                              &order0)) {
+                              &order0, &s->visits_max)) {
             s->cpus = NULL;
             goto done;
         }

@@ -96,8 +96,9 @@ process through the NIC queues and ``fast_queues.SharedCpus`` (``_cpu_reason``,
 ``unsupported`` says why, or the run raises ``NotExact`` when it finds out on the way, and
 ``--engine auto`` uses the DES instead:
 * jobs sharing a CPU out of step where the replay would hold more than
-  ``_REPLAY_MESSAGES_COMPILED`` messages (``_REPLAY_MESSAGES`` in the Python loop; on one pool
-  at most ``_REPLAY_POOL_STEPS`` messages x ranks) (a world ring on a pool with a slow link:
+  ``_REPLAY_MESSAGES_COMPILED`` messages (``_REPLAY_MESSAGES`` in the Python loop, on one pool
+  at most ``_REPLAY_POOL_STEPS`` messages x ranks; the compiled loop stops a pool's replay past
+  ``_REPLAY_POOL_VISITS`` visits of its groups of jobs) (a world ring on a pool with a slow link:
   2p(p-1) a collective, beyond about 1,150 ranks with DDP's three buckets,
   every rank's every step at a time of its own; hierarchical's ring of hosts likewise,
   its trees inside hosts replayed with it over a row of every rank); ``auto`` then runs the
@@ -180,11 +181,18 @@ __all__ = ["MEMORY", "NotExact", "Reach", "SECONDS", "data_parallel", "des_messa
 # million.
 _REPLAY_MESSAGES = 1_000_000
 _REPLAY_MESSAGES_COMPILED = 8_000_000
-# On one pool a job's end moves every job there: an event costs up to a step a rank, fewer
-# where the jobs of one work left go together (``_replay.c``'s groups: the ranks' compute jobs
-# that start together).  A replay on a pool holds at most this many messages x ranks (DDP at
-# 1,024 ranks: 6.5e9), so that jobs that part keep it within seconds.
+# On one pool a job's end moves every job there: an event costs up to a step a rank.  The
+# Python loop's replay on a pool holds at most this many messages x ranks, so that jobs that
+# part keep it within seconds.
 _REPLAY_POOL_STEPS = 10_000_000_000
+# The compiled loop takes a pool's jobs of one work left as one group, and a group's visit
+# costs about 5 ns (1,024 ranks each of its own speed on a pool beside a slow link, DDP: 1.7e9
+# visits, 14 s against the 5 s of one speed); in the runs it replays it visits far fewer
+# (3.7 million messages at 65,536 ranks on a pool: 7,310; DDP at 1,024 ranks beside a slow
+# link: 4e7).  So it counts its visits as it goes, within seconds stopping at this many
+# (``Run.visits``), where the Python loop's bound, a step a rank, would have refused those
+# 65,536 ranks before they started.
+_REPLAY_POOL_VISITS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,7 @@ def _replays_cpu(spec: RunSpec, costs: CostInputs, reach: Reach = SECONDS) -> bo
     """Whether the run's processes can be replayed with the DES's processor sharing
     (``fast_queues.SharedCpus``): the parameter server, dp, and every all-reduce that is a
     schedule of messages, within ``_REPLAY_MESSAGES`` (an all-reduce's in the compiled loop
-    within ``_REPLAY_MESSAGES_COMPILED``, on a pool within ``_REPLAY_POOL_STEPS``, its memory
+    within ``_REPLAY_MESSAGES_COMPILED``, on a pool within ``_visits``, its memory
     checked before it starts: ``_fits_in_memory``; a world ring of p uneven ranks sends
     2p(p-1) a collective)."""
     from commsim.strategies import get_strategy
@@ -263,13 +271,20 @@ def _within_reach(spec: RunSpec, messages: int, reach: Reach = SECONDS) -> bool:
     """Whether a replay of an all-reduce's ``messages`` with the DES's processor sharing is
     within ``reach``: in seconds, ``_REPLAY_MESSAGES_COMPILED`` of them in the compiled loop
     (the Python loop, where no C compiler built it, is some ten times slower:
-    ``_REPLAY_MESSAGES``), on one pool ``_REPLAY_POOL_STEPS`` messages x ranks; else any
-    (the replay checks its memory before it starts, and says how much it would need)."""
+    ``_REPLAY_MESSAGES``, on one pool ``_REPLAY_POOL_STEPS`` messages x ranks; the compiled
+    loop counts a pool's work as it goes, ``_visits``); else any (the replay checks its memory
+    before it starts, and says how much it would need)."""
     if not reach.seconds:
         return True
-    most = _REPLAY_MESSAGES if fast_queues._replay is None else _REPLAY_MESSAGES_COMPILED
-    return messages <= most and (spec.cluster.shared_cpu_cores is None
-                                 or messages * spec.world_size <= _REPLAY_POOL_STEPS)
+    if fast_queues._replay is not None:  # (on a pool: its visits counted, ``_visits``)
+        return messages <= _REPLAY_MESSAGES_COMPILED
+    return messages <= _REPLAY_MESSAGES and (spec.cluster.shared_cpu_cores is None
+                                             or messages * spec.world_size <= _REPLAY_POOL_STEPS)
+
+
+def _visits(reach: Reach) -> float:
+    """The most groups of jobs a replay's CPUs may visit (``Run.visits``) within ``reach``."""
+    return _REPLAY_POOL_VISITS if reach.seconds else math.inf
 
 
 def _within_python_reach(messages: int, reach: Reach) -> bool:
@@ -297,7 +312,8 @@ def _settles_after_first_tensor(spec: RunSpec, costs: CostInputs,
     return _within_reach(spec, _MESSAGES["ring"](p), reach)
 
 
-def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
+def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs,
+                               reach: Reach = SECONDS) -> Timing:
     """``ring_like`` for a world ring of every tensor after backward beside stragglers, where
     the first tensor's all-reduce leaves every rank alike: that all-reduce replayed over every
     rank with the DES's processor sharing, the rest as the cluster without stragglers runs
@@ -316,6 +332,7 @@ def _first_tensor_then_in_step(spec: RunSpec, costs: CostInputs) -> Timing:
     ranks = np.arange(p)
     run = Run(spec, costs, ranks)
     run.replays = run.sharing = True
+    run.visits = _visits(reach)
     start = np.zeros(p)
     synced, _, _ = _sync_replayed(run, [Block(ranks[None], p)], "ring", False, start,
                                   tensors=1)
@@ -713,7 +730,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
             refused = parted
     if shares_cpu and not buckets and _settles_after_first_tensor(spec, costs, reach):
         try:
-            return _first_tensor_then_in_step(spec, costs)
+            return _first_tensor_then_in_step(spec, costs, reach)
         except NotExact as uneven:                 # still uneven after the first tensor
             refused = refused or uneven
     if refused is not None and not _replays_cpu(spec, costs, reach):  # else every rank
@@ -746,7 +763,7 @@ def ring_like(spec: RunSpec, costs: CostInputs, *, buckets: bool,
     run.replays = True
     if shares_cpu:
         # Jobs share a CPU beyond the recurrences' rates: the DES's processor sharing, replayed.
-        run.sharing = True
+        run.sharing, run.visits = True, _visits(reach)
         n = ranks.size
         _, _, finish = _sync_replayed(run, blocks, algorithm, buckets, start)
         compute, talking = run.compute_s[-n:], run.comm_s[-n:]

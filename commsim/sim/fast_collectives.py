@@ -164,6 +164,9 @@ class Run:
         # where jobs share a CPU beyond the rates above.  Then its compute seconds and its
         # seconds inside collectives, per process.
         self.sharing = False
+        # With ``sharing``, the most groups of jobs the compiled loop's CPU events may visit
+        # before the replay stops (``fast._visits``: within --engine auto's seconds).
+        self.visits = math.inf
         self.compute_s = self.comm_s = None
         # Where a replay notes when each message released its NIC directions (message ->
         # time; the checks of ``fast._wave_plan``); None: nowhere.  And a check of them
@@ -1072,14 +1075,14 @@ def replay(run: Run, messages, programs, start, processes=None, *, pairs: int = 
             # a pool's too: the work done since the pool was last idle, less each job's share
             # of it when it came, differs from that in the last bits, and over a hundred ranks
             # on two cores such a difference reordered two near-simultaneous ends (DDP, fp16,
-            # three ranks a host beside a slow link: 2e-6 off).  A replay on a pool holds at
-            # most ``fast._REPLAY_POOL_STEPS`` messages x ranks, so the cost (a pass over the
-            # pool's jobs, or the compiled loop's groups of them, at each of its events)
-            # stays bounded.
+            # three ranks a host beside a slow link: 2e-6 off).  The cost (a pass over the
+            # pool's jobs, or the compiled loop's groups of them, at each of its events) is
+            # bounded: ``fast._within_reach`` and ``run.visits``.
             cpus = fast_queues.SharedCpus(
                 [0] * count if pool else hosts, c.shared_cpu_cores if pool else c.cores_per_host,
                 run.costs.threads_per_rank, c.cpu_efficiency, run.costs,
                 multiplicity=run.p / run.ranks.size if pool else 1.0, per_job=True)
+            cpus.visits = run.visits
         ends = fast_queues.simulate(first.tolist(), order, hosts, programs, messages, run.b,
                                     nics, pairs=pairs, compute_rate=run.a, together=together,
                                     cpus=cpus, released=released, sequence=sequence,

@@ -27,6 +27,7 @@ processor sharing (``SharedCpus``) instead of fixed rates.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
 
@@ -170,6 +171,7 @@ class SharedCpus:
                  multiplicity: float = 1.0, per_job: bool = False):
         self.cpu = list(cpu)
         self.per_job = per_job
+        self.visits = math.inf          # the most groups of jobs the compiled loop's events visit
         self.cores, self.threads, self.efficiency = float(cores), float(threads), efficiency
         self.costs = costs if costs is not None and costs.contention else None
         self.m = [float(m) for m in multiplicity] if np.ndim(multiplicity) else \
@@ -542,6 +544,10 @@ def _ties(start, owners) -> list:
 _ASKED_BEFORE = ("a message would ask for a NIC direction at or before the instant an earlier "
                  "collective's last one there asked for it, which the DES orders by its event "
                  "history")
+# Why a replay stops where its CPUs' events have visited more groups of jobs than it may
+# (``SharedCpus.visits``).
+_TOO_LONG = ("the ranks' jobs on the pool part, and replaying them all would take longer than "
+             "--engine auto's seconds")
 _LEFT_AFTER = ("a rank would use its host's NIC or cores while another rank of the host is "
                "still in the earlier collective, whose last events there the DES orders among "
                "this one's by its event history")
@@ -1136,7 +1142,7 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         shared = (cpus, np.array(cpus.cpu, dtype=np.int64), floats[0], cpus.cores,
                   cpus.threads, int(cpus.per_job), int(cpus.costs is not None),
                   *(np.ascontiguousarray(x, dtype=np.int64) for x in messages[:2]),
-                  *floats[1:], cpus._order)
+                  *floats[1:], cpus._order, float(cpus.visits))
     finish, marks, count, refused, state = _replay.run(
         start_a, host_a, firsts.astype(np.int64), programs, lat, busy, tx, rx,
         float(gloo if gloo is not None else 1.0), float(compute_rate), int(pairs),
@@ -1149,7 +1155,8 @@ def _compiled(start, order, host, programs, messages, gloo, nics: NicState, *, p
         cpus.adopt(*state)
     if refused:
         from commsim.sim.fast_collectives import NotExact
-        raise NotExact(_ASKED_BEFORE if refused == 1 else _LEFT_AFTER)
+        raise NotExact(_ASKED_BEFORE if refused == 1 else _LEFT_AFTER if refused == 2
+                       else _TOO_LONG)
     if released is not None:
         for what in released_order[:count].tolist():
             released[what] = float(released_t[what])
