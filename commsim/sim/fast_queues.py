@@ -546,7 +546,7 @@ _ASKED_BEFORE = ("a message would ask for a NIC direction at or before the insta
                  "history")
 # Why a replay stops where its CPUs' events have visited more groups of jobs than it may
 # (``SharedCpus.visits``).
-_TOO_LONG = ("the ranks' jobs on the pool part, and replaying them all would take longer than "
+_TOO_LONG = ("the jobs sharing the CPUs part, and replaying them all would take longer than "
              "--engine auto's seconds")
 _LEFT_AFTER = ("a rank would use its host's NIC or cores while another rank of the host is "
                "still in the earlier collective, whose last events there the DES orders among "
